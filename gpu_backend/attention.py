@@ -56,7 +56,8 @@ class TorchAttention:
             q_pos = torch.arange(ctx - (end - start), ctx, device=q.device)
             mask = torch.arange(ctx, device=q.device)[None, :] <= q_pos[:, None]
             o = F.scaled_dot_product_attention(
-                q[start:end].transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1), attn_mask=mask, scale=scale
+                q[start:end].transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1),
+                attn_mask=mask, scale=scale,
             )
             out[start:end] = o.transpose(0, 1)
         return out
@@ -79,5 +80,6 @@ def get_attention_backend(name: str) -> AttentionBackend:
     try:
         factory = ATTENTION_BACKENDS[name]
     except KeyError:
-        raise InputError(f"attention: unknown backend '{name}'; allowed: {', '.join(ATTENTION_BACKENDS)}") from None
+        allowed = ", ".join(ATTENTION_BACKENDS)
+        raise InputError(f"attention: unknown backend '{name}'; allowed: {allowed}") from None
     return factory()

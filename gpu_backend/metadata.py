@@ -58,7 +58,8 @@ def build_metadata(chunks: Sequence[SequenceChunk], block_size: int,
         cu.append(cu[-1] + c.num_new)
     meta = AttentionMetadata(
         cu_seqlens_q=torch.tensor(cu, dtype=torch.int32, device=device),
-        context_lens=torch.tensor([c.num_computed + c.num_new for c in chunks], dtype=torch.int32, device=device),
+        context_lens=torch.tensor([c.num_computed + c.num_new for c in chunks], dtype=torch.int32,
+                                  device=device),
         block_tables=padded_block_tables([c.block_table for c in chunks], device=device),
         slot_mapping=torch.tensor(slots, dtype=torch.int64, device=device),
         last_token_indices=torch.tensor([x - 1 for x in cu[1:]], dtype=torch.int64, device=device),

@@ -52,7 +52,8 @@ class Attention(nn.Module):
         self.q_size = spec.num_heads * spec.head_dim
         self.kv_size = spec.num_kv_heads * spec.head_dim
         self.scale = spec.head_dim ** -0.5
-        self.qkv_proj = Linear(spec.hidden_size, self.q_size + 2 * self.kv_size, spec.attention_bias, dtype, device)
+        self.qkv_proj = Linear(spec.hidden_size, self.q_size + 2 * self.kv_size, spec.attention_bias,
+                               dtype, device)
         self.o_proj = Linear(self.q_size, spec.hidden_size, False, dtype, device)
 
     def forward(self, x: torch.Tensor, positions: torch.Tensor, rotary: RotaryEmbedding,
@@ -102,7 +103,8 @@ class LlamaModel(nn.Module):
         self.norm = RMSNorm(spec.hidden_size, spec.rms_norm_eps, dtype, device)
         self.lm_head = None if spec.tie_word_embeddings else Linear(spec.hidden_size, spec.vocab_size, False,
                                                                     dtype, device)
-        self.rotary = RotaryEmbedding(spec.head_dim, spec.max_model_len, spec.rope_theta, spec.rope_scaling, device)
+        self.rotary = RotaryEmbedding(spec.head_dim, spec.max_model_len, spec.rope_theta, spec.rope_scaling,
+                                      device)
 
     @property
     def dtype(self) -> torch.dtype:

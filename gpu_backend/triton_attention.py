@@ -28,10 +28,12 @@ def _store_kv_kernel(
 ):
     t = tl.program_id(0)
     slot = tl.load(slot_ptr + t).to(tl.int64)
+    # slot -1 marks a padding token (CUDA-graph batches): nothing to store.
+    if slot < 0:
+        return
     h = tl.arange(0, BLOCK_H)[:, None]
     d = tl.arange(0, BLOCK_D)[None, :]
-    # slot -1 marks a padding token (CUDA-graph batches): nothing to store.
-    mask = (h < NUM_KV_HEADS) & (d < HEAD_DIM) & (slot >= 0)
+    mask = (h < NUM_KV_HEADS) & (d < HEAD_DIM)
     k = tl.load(k_ptr + t * stride_kt + h * stride_kh + d, mask=mask)
     v = tl.load(v_ptr + t * stride_vt + h * stride_vh + d, mask=mask)
     tl.store(k_cache_ptr + slot * stride_cs + h * stride_ch + d, k, mask=mask)

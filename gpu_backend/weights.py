@@ -83,7 +83,8 @@ def load_safetensors(model: LlamaModel, folder: str | Path) -> None:
     for ours, sources in _hf_names(model):
         missing = [s for s in sources if s not in where]
         if missing:
-            raise InputError(f"weights: '{folder}' lacks {missing[0]} (is it a {model.spec.name} checkpoint?)")
+            raise InputError(f"weights: '{folder}' lacks {missing[0]} "
+                             f"(is it a {model.spec.name} checkpoint?)")
         parts = []
         for s in sources:
             with safe_open(str(where[s]), framework="pt", device=str(model.device)) as st:
@@ -121,7 +122,8 @@ def save_safetensors(model: LlamaModel, folder: str | Path) -> None:
 def _split_sizes(model: LlamaModel, ours: str) -> list[int]:
     spec = model.spec
     if "qkv_proj" in ours:
-        return [spec.num_heads * spec.head_dim, spec.num_kv_heads * spec.head_dim, spec.num_kv_heads * spec.head_dim]
+        kv = spec.num_kv_heads * spec.head_dim
+        return [spec.num_heads * spec.head_dim, kv, kv]
     if "gate_up_proj" in ours:
         return [spec.intermediate_size] * 2
     return [model.get_parameter(ours).shape[0]]

@@ -13,9 +13,9 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from gpu_backend.kv_cache import PagedKVCache
-from gpu_backend.metadata import SequenceChunk, build_metadata
-from gpu_backend.model import LlamaModel
+from gpu_backend.kv_cache import PagedKVCache  # noqa: E402
+from gpu_backend.metadata import SequenceChunk, build_metadata  # noqa: E402
+from gpu_backend.model import LlamaModel  # noqa: E402
 
 
 def paged_greedy(model: LlamaModel, prompts: Sequence[Sequence[int]], max_new: int, block_size: int = 4,

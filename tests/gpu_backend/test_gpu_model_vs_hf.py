@@ -9,8 +9,8 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from gpu_backend.weights import build_model, hf_state_dict
-from sim.cost.presets import MODELS, ModelSpec
+from gpu_backend.weights import build_model, hf_state_dict  # noqa: E402
+from sim.cost.presets import MODELS, ModelSpec  # noqa: E402
 
 TINY = MODELS["tiny"]
 LLAMA3_ROPE = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
@@ -28,10 +28,12 @@ MAX_NEW = 8
 def hf_model(spec: ModelSpec, ours) -> torch.nn.Module:
     rope = {"rope_type": "default", "rope_theta": spec.rope_theta, **(spec.rope_scaling or {})}
     common = {
-        "vocab_size": spec.vocab_size, "hidden_size": spec.hidden_size, "intermediate_size": spec.intermediate_size,
+        "vocab_size": spec.vocab_size, "hidden_size": spec.hidden_size,
+        "intermediate_size": spec.intermediate_size,
         "num_hidden_layers": spec.num_layers, "num_attention_heads": spec.num_heads,
         "num_key_value_heads": spec.num_kv_heads, "max_position_embeddings": spec.max_model_len,
-        "rms_norm_eps": spec.rms_norm_eps, "tie_word_embeddings": spec.tie_word_embeddings, "rope_parameters": rope,
+        "rms_norm_eps": spec.rms_norm_eps, "tie_word_embeddings": spec.tie_word_embeddings,
+        "rope_parameters": rope,
     }
     if spec.attention_bias:
         model = transformers.Qwen2ForCausalLM(transformers.Qwen2Config(**common))
