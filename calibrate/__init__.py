@@ -1,0 +1,1 @@
+"""Calibration: time the real backend over step shapes, fit the simulator's step-latency profile."""

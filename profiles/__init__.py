@@ -1,0 +1,1 @@
+"""Shipped step-latency profiles (JSON), found with ``importlib.resources``."""

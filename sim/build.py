@@ -1,0 +1,55 @@
+"""Turn a validated Scenario into the shared pieces: scheduler config, blocks, policy, cost model.
+
+Both the SimPy engine and the GPU engine build their replicas here, so a knob means the same
+thing in both.
+"""
+
+from __future__ import annotations
+
+from sim.config import Scenario
+from sim.core.blocks import BlockManager, derive_num_blocks
+from sim.core.policies import make_policy
+from sim.core.scheduler import Scheduler, SchedulerConfig
+from sim.cost import make_cost_model
+from sim.cost.presets import get_hardware, get_model
+
+
+def scheduler_config(sc: Scenario) -> SchedulerConfig:
+    e = sc.engine
+    model = get_model(sc.model)
+    return SchedulerConfig(
+        max_num_seqs=e.max_num_seqs,
+        max_num_batched_tokens=e.max_num_batched_tokens,
+        enable_chunked_prefill=e.enable_chunked_prefill,
+        long_prefill_token_threshold=e.long_prefill_token_threshold,
+        max_model_len=e.max_model_len or model.max_model_len,
+        preemption_mode=e.preemption_mode,
+    )
+
+
+def num_kv_blocks(sc: Scenario) -> int:
+    e = sc.engine
+    if e.num_gpu_blocks_override is not None:
+        return e.num_gpu_blocks_override
+    model = get_model(sc.model)
+    hw = get_hardware(sc.hardware)
+    return derive_num_blocks(
+        memory_bytes=hw.memory_bytes,
+        gpu_memory_utilization=e.gpu_memory_utilization,
+        weight_bytes=model.weight_bytes,
+        activation_reserve_bytes=int(e.activation_reserve_gb * 1e9),
+        kv_bytes_per_token=model.kv_bytes_per_token,
+        block_size=e.block_size,
+    )
+
+
+def build_scheduler(sc: Scenario, num_blocks: int | None = None) -> Scheduler:
+    blocks = BlockManager(num_blocks or num_kv_blocks(sc), sc.engine.block_size)
+    policy = make_policy(sc.policy.name, sc.policy.params)
+    return Scheduler(scheduler_config(sc), blocks, policy)
+
+
+def build_cost_model(sc: Scenario):
+    return make_cost_model(
+        sc.cost_model.kind, get_model(sc.model), get_hardware(sc.hardware), sc.cost_model.path
+    )

@@ -1,0 +1,97 @@
+"""The policy interface: how a scheduling policy plugs into the shared token-budget loop.
+
+A policy owns the waiting queue (its order is the policy's main idea), chooses preemption
+victims, says how much KV a request reserves when admitted, and may gate admission. The loop
+itself (``sim.core.scheduler``) is shared, so every policy runs unchanged in the simulator and
+on the GPU backend.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import TYPE_CHECKING, ClassVar
+
+from pydantic import BaseModel, ConfigDict
+
+from sim.core.request import Request
+
+if TYPE_CHECKING:
+    from sim.core.scheduler import Scheduler
+
+
+class PolicyParams(BaseModel):
+    """Knobs of a policy; each policy subclasses this with its own fields."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+class Policy:
+    name: ClassVar[str] = "base"
+    Params: ClassVar[type[PolicyParams]] = PolicyParams
+    # Preempt running requests when KV blocks run out (vLLM); False waits instead (Orca).
+    preempts: ClassVar[bool] = True
+    # "optimistic": blocks as tokens come; "conservative": prompt + max_tokens up front.
+    reserve: ClassVar[str] = "optimistic"
+    # New requests join between steps (iteration-level batching); static batching says False.
+    admits_continuously: ClassVar[bool] = True
+    # Finished requests stay in the batch as padding until the whole batch is done.
+    holds_finished: ClassVar[bool] = False
+
+    def __init__(self, params: PolicyParams | None = None) -> None:
+        self.params = params or self.Params()
+        self._waiting: deque[Request] = deque()
+
+    # -- waiting queue --------------------------------------------------------------------
+    def __len__(self) -> int:
+        return len(self._waiting)
+
+    def enqueue(self, req: Request, now: float) -> None:
+        self._waiting.append(req)
+
+    def requeue_preempted(self, req: Request, now: float) -> None:
+        """A preempted request goes back to the front: it was admitted before everyone waiting."""
+        self._waiting.appendleft(req)
+
+    def peek(self, now: float) -> Request | None:
+        return self._waiting[0] if self._waiting else None
+
+    def pop(self, req: Request) -> None:
+        """Remove ``req`` (the one ``peek`` returned) because it is being admitted."""
+        if self._waiting and self._waiting[0] is req:
+            self._waiting.popleft()
+        else:
+            self._waiting.remove(req)
+
+    def remove(self, req: Request) -> bool:
+        """Drop a waiting request (cancelled, expired); False if it was not waiting."""
+        try:
+            self._waiting.remove(req)
+        except ValueError:
+            return False
+        return True
+
+    def waiting(self) -> list[Request]:
+        return list(self._waiting)
+
+    # -- decisions ------------------------------------------------------------------------
+    def pick_victim(self, candidates: list[Request]) -> Request:
+        """The running request to preempt; vLLM FCFS takes the most recently admitted."""
+        return candidates[-1]
+
+    def reserve_tokens(self, req: Request, scheduled_tokens: int) -> int:
+        """Positions to hold blocks for when ``req`` is admitted with ``scheduled_tokens`` now."""
+        if self.reserve == "conservative":
+            return req.prompt_len + req.max_tokens
+        return req.num_computed_tokens + scheduled_tokens
+
+    def may_admit(self, sched: Scheduler, req: Request, now: float) -> bool:
+        return True
+
+    def form_batch(self, sched: Scheduler, now: float) -> None:
+        """Hook run before each step; static batching forms its next batch here."""
+
+    def on_scheduled(self, req: Request, num_new: int, now: float) -> None:
+        """Hook after a request gets ``num_new`` positions this step (fair-share counters)."""
+
+    def on_finished(self, req: Request, now: float) -> None:
+        """Hook when a request leaves the scheduler for any terminal state."""

@@ -1,0 +1,242 @@
+"""The SimPy engine: arrivals, one process per replica, step times from the cost model.
+
+Each replica process loops schedule → sleep(step time) → complete, and sleeps on an event
+when it has nothing to do; an arrival wakes it. All scheduling decisions are the shared,
+clock-free ``Scheduler``'s; this module only keeps time and records what happened.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import simpy
+
+from sim.build import build_cost_model, build_scheduler
+from sim.config import Scenario
+from sim.core.plan import StepPlan
+from sim.core.request import Request
+from sim.core.scheduler import Scheduler
+from sim.metrics import LogHistogram, summarize
+from sim.records import RecordSink
+from sim.workload.table import RequestTable
+
+
+@dataclass
+class StepTrace:
+    """One step, kept only when ``simulation.record_steps`` is on (slot timelines)."""
+
+    replica: int
+    start: float
+    duration: float
+    # (req_id, new positions, kind) with kind "prefill" | "decode" | "padding"
+    batch: list[tuple[int, int, str]]
+
+
+@dataclass
+class Replica:
+    index: int
+    scheduler: Scheduler
+    wake: simpy.Event | None = None
+    busy_time: float = 0.0
+    steps: int = 0
+    kv_usage_integral: float = 0.0
+    kv_usage_max: float = 0.0
+    batch_integral: float = 0.0
+    batch_max: int = 0
+    padding_tokens: int = 0
+    outstanding: int = 0
+
+
+@dataclass
+class TimeSeries:
+    time: list[float] = field(default_factory=list)
+    replica: list[int] = field(default_factory=list)
+    kv_usage: list[float] = field(default_factory=list)
+    running: list[int] = field(default_factory=list)
+    waiting: list[int] = field(default_factory=list)
+
+
+@dataclass
+class SimResult:
+    scenario: Scenario
+    records: RecordSink
+    summary: dict
+    timeseries: TimeSeries
+    steps: list[StepTrace] | None
+    num_kv_blocks: int
+
+    def frame(self):
+        return self.records.to_frame()
+
+
+def batch_kinds(plan: StepPlan) -> list[tuple[int, int, str]]:
+    """Each scheduled request's id, new positions and role, read before the step completes."""
+    out = []
+    for r, k in plan.entries:
+        if r.held:
+            kind = "padding"
+        elif k == 1 and r.num_output_tokens > 0 and r.remaining_tokens == 1:
+            kind = "decode"
+        else:
+            kind = "prefill"
+        out.append((r.req_id, k, kind))
+    return out
+
+
+class Simulation:
+    def __init__(self, scenario: Scenario, table: RequestTable, num_replicas: int = 1) -> None:
+        self.sc = scenario
+        self.table = table
+        self.env = simpy.Environment()
+        self.cost = build_cost_model(scenario)
+        self.replicas = [Replica(i, build_scheduler(scenario)) for i in range(num_replicas)]
+        self.records = RecordSink()
+        self.itl = LogHistogram()
+        self.ts = TimeSeries()
+        self.steps: list[StepTrace] | None = [] if scenario.simulation.record_steps else None
+        self._next_sample = 0.0
+        self._rr = 0
+
+    # -- processes ------------------------------------------------------------------------
+    def _arrivals(self):
+        env = self.env
+        t = self.table
+        record_times = self.sc.simulation.record_token_times
+        tenant = t.tenant
+        cls = t.cls
+        prio = t.priority
+        hashes = t.hash_ids
+        session = t.session
+        for i in range(len(t)):
+            at = float(t.arrival[i])
+            if at > env.now:
+                yield env.timeout(at - env.now)
+            req = Request(
+                i, at, int(t.prompt_len[i]), int(t.max_tokens[i]),
+                tenant="default" if tenant is None else str(tenant[i]),
+                cls="default" if cls is None else str(cls[i]),
+                priority=0 if prio is None else int(prio[i]),
+                hash_ids=None if hashes is None else hashes[i],
+                session=None if session is None else session[i],
+                record_token_times=record_times,
+            )
+            self.submit(req)
+
+    def route(self, req: Request) -> Replica:
+        rep = self.replicas[self._rr % len(self.replicas)]
+        self._rr += 1
+        return rep
+
+    def submit(self, req: Request) -> None:
+        rep = self.route(req)
+        req.replica = rep.index
+        rep.scheduler.add_request(req, self.env.now)
+        self._collect(rep)
+        if rep.wake is not None and not rep.wake.triggered:
+            rep.wake.succeed()
+
+    def _replica_loop(self, rep: Replica):
+        env = self.env
+        sched = rep.scheduler
+        cost = self.cost
+        blocks = sched.blocks
+        while True:
+            plan = sched.schedule(env.now) if sched.has_work else None
+            if plan is None or plan.is_empty:
+                self._collect(rep)
+                rep.wake = env.event()
+                yield rep.wake
+                rep.wake = None
+                continue
+            dt = cost.step_time(plan)
+            start = env.now
+            usage = blocks.usage
+            if self.steps is not None:
+                self.steps.append(StepTrace(rep.index, start, dt, batch_kinds(plan)))
+            yield env.timeout(dt)
+            sched.complete(plan, env.now)
+            self._account(rep, plan, start, dt, usage)
+            self._collect(rep)
+
+    # -- bookkeeping ----------------------------------------------------------------------
+    def _account(self, rep: Replica, plan: StepPlan, start: float, dt: float, usage: float) -> None:
+        rep.busy_time += dt
+        rep.steps += 1
+        rep.kv_usage_integral += usage * dt
+        if usage > rep.kv_usage_max:
+            rep.kv_usage_max = usage
+        n = plan.num_seqs
+        rep.batch_integral += n * dt
+        if n > rep.batch_max:
+            rep.batch_max = n
+        rep.padding_tokens += plan.padding_seqs
+        now = start + dt
+        gaps = rep.scheduler.itl_gaps
+        if gaps:
+            for g in gaps:
+                self.itl.add(g)
+            gaps.clear()
+        if now >= self._next_sample:
+            self._sample(now)
+
+    def _sample(self, now: float) -> None:
+        interval = self.sc.simulation.timeseries_interval_s
+        for rep in self.replicas:
+            self.ts.time.append(now)
+            self.ts.replica.append(rep.index)
+            self.ts.kv_usage.append(rep.scheduler.blocks.usage)
+            self.ts.running.append(len(rep.scheduler.running))
+            self.ts.waiting.append(rep.scheduler.num_waiting)
+        self._next_sample = (now // interval + 1) * interval
+
+    def _collect(self, rep: Replica) -> None:
+        done = rep.scheduler.drain_finished()
+        for req in done:
+            self.records.add(req)
+
+    # -- run ------------------------------------------------------------------------------
+    def run(self) -> SimResult:
+        env = self.env
+        env.process(self._arrivals())
+        for rep in self.replicas:
+            env.process(self._replica_loop(rep))
+        horizon = self.sc.simulation.horizon_s
+        env.run(until=horizon)
+        end = env.now
+        for rep in self.replicas:
+            self._collect(rep)
+            for req in [*rep.scheduler.running, *rep.scheduler.policy.waiting()]:
+                req.reason = "horizon"
+                self.records.add(req)
+        return SimResult(self.sc, self.records, self._summary(end), self.ts, self.steps,
+                         self.replicas[0].scheduler.blocks.num_blocks)
+
+    def _summary(self, end: float) -> dict:
+        busy = sum(r.busy_time for r in self.replicas)
+        start = float(self.table.arrival[0]) if len(self.table) else 0.0
+        span = max(end - start, 1e-12)
+        n = len(self.replicas)
+        stats = {
+            "end_time": end,
+            "num_replicas": n,
+            "num_kv_blocks": self.replicas[0].scheduler.blocks.num_blocks,
+            "steps": sum(r.steps for r in self.replicas),
+            "gpu_busy_fraction": busy / (span * n),
+            "kv_usage_mean": sum(r.kv_usage_integral for r in self.replicas) / (span * n),
+            "kv_usage_max": max(r.kv_usage_max for r in self.replicas),
+            "mean_running_batch": (sum(r.batch_integral for r in self.replicas) / busy) if busy else 0.0,
+            "max_running_batch": max(r.batch_max for r in self.replicas),
+            "padding_tokens": sum(r.padding_tokens for r in self.replicas),
+        }
+        summary = summarize(self.records.columns(), itl=self.itl, run_stats=stats)
+        summary.pop("end_time", None)
+        return summary
+
+
+def simulate(scenario: Scenario, table: RequestTable | None = None) -> SimResult:
+    from sim.workload.spec import build_workload
+
+    if table is None:
+        table = build_workload(scenario.workload, scenario.seed)
+    return Simulation(scenario, table).run()
+

@@ -1,0 +1,80 @@
+"""``cbsim run``: simulate a scenario (and its variants), write results and plots."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from sim.config import Scenario, expand_variants, load_scenario
+from sim.engine import SimResult, simulate
+from sim.plots import plot_comparison, plot_latency_cdfs, plot_slot_timelines, plot_timeseries
+
+SUMMARY_COLUMNS = (
+    ("completed", "done", "{:d}"),
+    ("request_throughput", "req/s", "{:.2f}"),
+    ("output_throughput", "out tok/s", "{:.0f}"),
+    ("median_ttft_ms", "TTFT p50 ms", "{:.0f}"),
+    ("p99_ttft_ms", "TTFT p99 ms", "{:.0f}"),
+    ("median_tpot_ms", "TPOT p50 ms", "{:.1f}"),
+    ("p99_itl_ms", "ITL p99 ms", "{:.1f}"),
+    ("median_e2el_ms", "E2E p50 ms", "{:.0f}"),
+    ("p99_e2el_ms", "E2E p99 ms", "{:.0f}"),
+    ("preemptions", "preempt", "{:d}"),
+    ("mean_running_batch", "batch", "{:.1f}"),
+    ("kv_usage_max", "KV max", "{:.0%}"),
+)
+
+
+def fmt(value, pattern: str) -> str:
+    if value is None:
+        return "-"
+    try:
+        return pattern.format(value)
+    except (ValueError, TypeError):
+        return str(value)
+
+
+def write_result(result: SimResult, out: Path) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "summary.json").write_text(json.dumps(result.summary, indent=2, default=float) + "\n")
+    result.records.write_parquet(out / "requests.parquet")
+    ts = result.timeseries
+    import pandas as pd
+
+    pd.DataFrame({"time": ts.time, "replica": ts.replica, "kv_usage": ts.kv_usage,
+                  "running": ts.running, "waiting": ts.waiting}).to_parquet(
+        out / "timeseries.parquet", index=False)
+
+
+def write_plots(results: dict[str, SimResult], out: Path) -> list[Path]:
+    paths = [plot_latency_cdfs(results, out / "latency_cdf.png"),
+             plot_timeseries(results, out / "timeseries.png")]
+    if any(r.steps for r in results.values()):
+        paths.append(plot_slot_timelines(results, out / "slot_timeline.png"))
+    if len(results) > 1:
+        paths.append(plot_comparison({k: r.summary for k, r in results.items()},
+                                     out / "comparison.png"))
+    return paths
+
+
+def run_variants(variants: dict[str, Scenario], out: Path, on_done=None) -> dict[str, SimResult]:
+    results: dict[str, SimResult] = {}
+    for name, sc in variants.items():
+        res = simulate(sc)
+        results[name] = res
+        write_result(res, out / name if len(variants) > 1 else out)
+        if on_done:
+            on_done(name, res)
+    if len(variants) > 1:
+        table = {name: r.summary for name, r in results.items()}
+        (out / "comparison.json").write_text(json.dumps(table, indent=2, default=float) + "\n")
+    return results
+
+
+def run_scenario(path: str, out: Path | None, overrides: list[str], on_done=None):
+    scenario, raw = load_scenario(path, overrides)
+    variants = expand_variants(raw, path)
+    out = out or Path("results") / scenario.name
+    results = run_variants(variants, out, on_done)
+    plots = write_plots(results, out)
+    return scenario, results, out, plots
