@@ -91,9 +91,16 @@ def build_workload(cfg: WorkloadConfig, seed: int) -> RequestTable:
 
 
 def trace_workload(cfg: WorkloadConfig, rng_trace, rng_arrival) -> RequestTable:
+    from pydantic import ValidationError
+
     from sim.workload.traces import TraceSpec, load_trace
 
-    spec = cfg.trace if isinstance(cfg.trace, TraceSpec) else TraceSpec.model_validate(cfg.trace)
+    try:
+        spec = cfg.trace if isinstance(cfg.trace, TraceSpec) else TraceSpec.model_validate(cfg.trace)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        where = ".".join(str(p) for p in err["loc"])
+        raise InputError(f"workload.trace.{where}: {err['msg']}") from None
     table = load_trace(spec, rng_trace)
     n = len(table.prompt_len)
     if n == 0:
