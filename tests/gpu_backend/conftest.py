@@ -8,20 +8,25 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 import pytest
 
-torch = pytest.importorskip("torch")
+if TYPE_CHECKING:  # torch is optional: the simulator's suite runs without it
+    import torch
 
-from gpu_backend.kv_cache import PagedKVCache  # noqa: E402
-from gpu_backend.metadata import SequenceChunk, build_metadata  # noqa: E402
-from gpu_backend.model import LlamaModel  # noqa: E402
+    from gpu_backend.model import LlamaModel
 
 
 def paged_greedy(model: LlamaModel, prompts: Sequence[Sequence[int]], max_new: int, block_size: int = 4,
                  chunk: int | None = None, num_blocks: int = 256,
                  seed: int = 0) -> tuple[list[list[int]], list[list[torch.Tensor]]]:
     """Greedy tokens and the logits they came from, per prompt, all prompts batched per step."""
+    import torch
+
+    from gpu_backend.kv_cache import PagedKVCache
+    from gpu_backend.metadata import SequenceChunk, build_metadata
+
     cache = PagedKVCache.allocate(model.spec, num_blocks, block_size, model.dtype, model.device)
     pool = list(range(num_blocks))
     random.Random(seed).shuffle(pool)
