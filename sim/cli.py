@@ -63,6 +63,94 @@ def run(
                   + ", ".join(p.name for p in plots))
 
 
+@app.command()
+def sweep(
+    scenario: Annotated[str, typer.Argument(help="scenario YAML file with a sweep: block")],
+    out: Annotated[Path | None, typer.Option("--out", help="output folder")] = None,
+    set_: Annotated[list[str] | None, typer.Option("--set", help="dotted.key=value override")] = None,
+    executor: Annotated[str, typer.Option("--executor", help="local (process pool) or ray")] = "local",
+    address: Annotated[str | None, typer.Option(
+        "--address", help="ray: 'auto' (running cluster), 'ray://host:port'; unset: a local one")] = None,
+    workers: Annotated[int | None, typer.Option("--workers", help="processes (default: all cores)")] = None,
+) -> None:
+    """Run SCENARIO over its sweep: block; finished points survive interruption (rerun resumes)."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from sim.sweep import SUMMARY_METRICS, param_names, run_sweep
+
+    try:
+        with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                      TimeElapsedColumn(), console=console) as progress:
+            task = progress.add_task("sweep", total=None)
+
+            def done(point, finished, total):
+                progress.update(task, total=total, completed=finished,
+                                description="sweep" if point is None else f"point {point.index}")
+
+            res = run_sweep(scenario, out, set_ or [], executor, workers, address, done)
+    except InputError as exc:
+        fail(str(exc))
+    from sim.run import fmt
+
+    params = param_names(res.points)
+    table = Table(title=f"sweep: {len(res.frame)} points ({res.ran} run now)")
+    for p in params:
+        table.add_column(p.rsplit(".", 1)[-1] if p.startswith("engine.") else p)
+    metrics = [m for m in SUMMARY_METRICS if m[0] in res.frame.columns]
+    for _, label, _ in metrics:
+        table.add_column(label, justify="right")
+    for _, row in res.frame.iterrows():
+        table.add_row(*(str(row.get(p)) for p in params),
+                      *(fmt(row.get(k), pat) for k, _, pat in metrics))
+    console.print(table)
+    console.print(f"table: {res.table_path}; plots: " + ", ".join(p.name for p in res.plots),
+                  soft_wrap=True)
+
+
+@app.command()
+def plan(
+    scenario: Annotated[str, typer.Argument(help="scenario YAML file with a plan: block")],
+    out: Annotated[Path | None, typer.Option("--out", help="output folder")] = None,
+    set_: Annotated[list[str] | None, typer.Option("--set", help="dotted.key=value override")] = None,
+    executor: Annotated[str, typer.Option("--executor", help="local (process pool) or ray")] = "local",
+    address: Annotated[str | None, typer.Option("--address", help="ray cluster address")] = None,
+    workers: Annotated[int | None, typer.Option("--workers", help="processes (default: all cores)")] = None,
+) -> None:
+    """Find the configuration that meets the plan's SLOs at its target rate with the fewest GPUs."""
+    from sim.plan import run_plan
+
+    try:
+        res = run_plan(scenario, out, set_ or [], executor, workers, address,
+                       log=lambda m: console.print(m, highlight=False))
+    except InputError as exc:
+        fail(str(exc))
+    table = Table(title=f"candidates for {res.target_rate:g} req/s")
+    cols = [("hardware", "hw"), ("policy", "policy"), ("max_num_seqs", "seqs"),
+            ("max_num_batched_tokens", "tokens"), ("max_rate_per_replica", "req/s/rep"),
+            ("replicas", "replicas"), ("gpus", "GPUs"), ("binding_slo", "binding SLO")]
+    cols = [c for c in cols if c[0] not in ("hardware", "policy") or res.frame[c[0]].nunique() > 1]
+    for _, name in cols:
+        table.add_column(name, justify="right" if name not in ("binding SLO", "hw", "policy") else "left")
+    for _, row in res.frame.iterrows():
+        cells = []
+        for key, _ in cols:
+            v = row[key]
+            if key == "binding_slo":
+                v = str(v).split(" of requests")[0]
+            cells.append("-" if v is None or v != v else (f"{v:.2f}" if isinstance(v, float) else str(v)))
+        style = "bold green" if row["recommended"] else None
+        table.add_row(*cells, style=style)
+    console.print(table)
+    for line in res.why():
+        console.print(f"- {line}", highlight=False, soft_wrap=True)
+    if res.recommended is not None:
+        console.print("re-run it: cbsim run " + scenario + " " +
+                      " ".join(f"--set {o}" for o in res.scenario_overrides()), highlight=False,
+                      soft_wrap=True)
+    console.print(f"results in {res.out / 'plan'}/ (candidates.csv, recommendation.json); plots: "
+                  + ", ".join(p.name for p in res.plots), soft_wrap=True)
+
+
 def main() -> None:
     try:
         app()

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from sim.errors import InputError
 from sim.workload.spec import WorkloadConfig
@@ -61,6 +61,78 @@ class SimulationConfig(_Strict):
     timeseries_interval_s: float = Field(0.5, gt=0)
 
 
+class ClusterConfig(_Strict):
+    """Replicas of the engine behind a router (``sim.router.ROUTERS``)."""
+
+    replicas: int = Field(1, ge=1)
+    router: str = "round_robin"
+
+    @field_validator("router")
+    @classmethod
+    def _known_router(cls, value: str) -> str:
+        from sim.router import ROUTERS
+
+        if value not in ROUTERS:
+            raise ValueError(f"unknown router '{value}'; allowed: {', '.join(ROUTERS)}")
+        return value
+
+
+class SweepConfig(_Strict):
+    """``sweep:``: the product of ``grid`` lists, times the rows of the zipped ``zip`` lists,
+    times ``rates`` (the workload's arrival rate), times the scenario's variants."""
+
+    grid: dict[str, list[Any]] = Field(default_factory=dict)
+    zip: dict[str, list[Any]] = Field(default_factory=dict)
+    rates: list[float] | None = None
+
+    @model_validator(mode="after")
+    def _shapes(self) -> SweepConfig:
+        for key, values in self.grid.items():
+            if not values:
+                raise ValueError(f"grid.{key} is empty")
+        lengths = {len(v) for v in self.zip.values()}
+        if len(lengths) > 1:
+            raise ValueError(f"zip lists must have one length, got {sorted(lengths)}")
+        if self.rates is not None and any(r <= 0 for r in self.rates):
+            raise ValueError("rates must be > 0")
+        return self
+
+
+class SLOConfig(_Strict):
+    """Per-request thresholds (a request attains the SLO when it finished within all of them)
+    with the share of requests that must attain it, and optional limits on P99s."""
+
+    ttft_ms: float | None = Field(None, gt=0)
+    tpot_ms: float | None = Field(None, gt=0)
+    e2el_ms: float | None = Field(None, gt=0)
+    attainment: float = Field(0.9, gt=0, le=1)
+    p99_ttft_ms: float | None = Field(None, gt=0)
+    p99_tpot_ms: float | None = Field(None, gt=0)
+    p99_itl_ms: float | None = Field(None, gt=0)
+    p99_e2el_ms: float | None = Field(None, gt=0)
+
+
+class RateSearchConfig(_Strict):
+    low: float = Field(0.25, gt=0, description="req/s per replica, start of the bisection")
+    high: float = Field(64.0, gt=0, description="req/s per replica, end of the bisection")
+    rel_tol: float = Field(0.05, gt=0, lt=1, description="stop when high/low - 1 is below this")
+    max_iters: int = Field(12, ge=1)
+
+
+class PlanConfig(_Strict):
+    """``plan:``: the SLOs, the fleet's target rate and the configurations ``cbsim plan`` tries."""
+
+    slo: SLOConfig = Field(default_factory=SLOConfig)
+    target_rate: float | None = Field(None, gt=0, description="req/s for the whole fleet")
+    max_num_seqs: list[int] = Field(default_factory=lambda: [16, 32, 64, 128, 256])
+    max_num_batched_tokens: list[int] = Field(default_factory=lambda: [8192])
+    replicas: list[int] = Field(default_factory=lambda: [1, 2, 3, 4, 6, 8])
+    hardware: list[str] | None = None
+    policy: list[str] | None = None
+    gpus_per_replica: int = Field(1, ge=1)
+    rate_search: RateSearchConfig = Field(default_factory=RateSearchConfig)
+
+
 class Scenario(_Strict):
     name: str = "scenario"
     description: str = ""
@@ -72,6 +144,9 @@ class Scenario(_Strict):
     cost_model: CostModelConfig = Field(default_factory=CostModelConfig)
     workload: WorkloadConfig
     simulation: SimulationConfig = Field(default_factory=SimulationConfig)
+    cluster: ClusterConfig = Field(default_factory=ClusterConfig)
+    sweep: SweepConfig | None = None
+    plan: PlanConfig | None = None
     variants: dict[str, dict[str, Any]] = Field(default_factory=dict)
 
     @model_validator(mode="after")

@@ -18,6 +18,7 @@ from sim.core.request import Request
 from sim.core.scheduler import Scheduler
 from sim.metrics import LogHistogram, summarize
 from sim.records import RecordSink
+from sim.router import make_router
 from sim.workload.table import RequestTable
 
 
@@ -45,6 +46,7 @@ class Replica:
     batch_max: int = 0
     padding_tokens: int = 0
     outstanding: int = 0
+    routed: int = 0
 
 
 @dataclass
@@ -84,18 +86,20 @@ def batch_kinds(plan: StepPlan) -> list[tuple[int, int, str]]:
 
 
 class Simulation:
-    def __init__(self, scenario: Scenario, table: RequestTable, num_replicas: int = 1) -> None:
+    def __init__(self, scenario: Scenario, table: RequestTable, num_replicas: int | None = None) -> None:
         self.sc = scenario
         self.table = table
         self.env = simpy.Environment()
         self.cost = build_cost_model(scenario)
+        if num_replicas is None:
+            num_replicas = scenario.cluster.replicas
         self.replicas = [Replica(i, build_scheduler(scenario)) for i in range(num_replicas)]
+        self.router = make_router(scenario.cluster.router, num_replicas, scenario.seed)
         self.records = RecordSink()
         self.itl = LogHistogram()
         self.ts = TimeSeries()
         self.steps: list[StepTrace] | None = [] if scenario.simulation.record_steps else None
         self._next_sample = 0.0
-        self._rr = 0
 
     # -- processes ------------------------------------------------------------------------
     def _arrivals(self):
@@ -123,13 +127,18 @@ class Simulation:
             self.submit(req)
 
     def route(self, req: Request) -> Replica:
-        rep = self.replicas[self._rr % len(self.replicas)]
-        self._rr += 1
+        if len(self.replicas) == 1:
+            return self.replicas[0]
+        rep = self.replicas[self.router.pick(req, self.replicas)]
+        self.router.observe(req, rep.index)
         return rep
+
 
     def submit(self, req: Request) -> None:
         rep = self.route(req)
         req.replica = rep.index
+        rep.outstanding += 1
+        rep.routed += 1
         rep.scheduler.add_request(req, self.env.now)
         self._collect(rep)
         if rep.wake is not None and not rep.wake.triggered:
@@ -191,6 +200,7 @@ class Simulation:
 
     def _collect(self, rep: Replica) -> None:
         done = rep.scheduler.drain_finished()
+        rep.outstanding -= len(done)
         for req in done:
             self.records.add(req)
 
@@ -228,9 +238,42 @@ class Simulation:
             "max_running_batch": max(r.batch_max for r in self.replicas),
             "padding_tokens": sum(r.padding_tokens for r in self.replicas),
         }
-        summary = summarize(self.records.columns(), itl=self.itl, run_stats=stats)
+        cols = self.records.columns()
+        summary = summarize(cols, itl=self.itl, run_stats=stats)
         summary.pop("end_time", None)
+        summary.update(replica_stats(self.replicas, cols, span, self.sc.cluster.router))
         return summary
+
+
+def replica_stats(replicas: list[Replica], cols: dict, span: float, router: str) -> dict:
+    """Per-replica load and latency, and how uneven the router left them (max / mean)."""
+    import numpy as np
+
+    from sim.router import imbalance
+
+    per = []
+    finished = cols["state"] == "finished"
+    for rep in replicas:
+        mine = finished & (cols["replica"] == rep.index)
+        ttft = cols["ttft"][mine]
+        per.append({
+            "replica": rep.index,
+            "routed": rep.routed,
+            "completed": int(mine.sum()),
+            "output_throughput": float(cols["output_tokens"][mine].sum()) / span,
+            "gpu_busy_fraction": rep.busy_time / span,
+            "kv_usage_mean": rep.kv_usage_integral / span,
+            "mean_running_batch": rep.batch_integral / rep.busy_time if rep.busy_time else 0.0,
+            "p99_ttft_ms": float(np.percentile(ttft, 99) * 1e3) if len(ttft) else None,
+        })
+    out = {
+        "router": router,
+        "imbalance_requests": imbalance(p["routed"] for p in per),
+        "imbalance_busy": imbalance(p["gpu_busy_fraction"] for p in per),
+    }
+    if len(replicas) > 1:
+        out["per_replica"] = per
+    return out
 
 
 def simulate(scenario: Scenario, table: RequestTable | None = None) -> SimResult:
