@@ -9,7 +9,9 @@ from __future__ import annotations
 from sim.config import Scenario
 from sim.core.blocks import BlockManager, derive_num_blocks
 from sim.core.policies import make_policy
+from sim.core.prefix_cache import PrefixCachingBlockManager
 from sim.core.scheduler import Scheduler, SchedulerConfig
+from sim.core.swap import SwapSpace, swap_capacity_blocks, swap_seconds_per_block
 from sim.cost import make_cost_model
 from sim.cost.presets import get_hardware, get_model
 
@@ -43,10 +45,32 @@ def num_kv_blocks(sc: Scenario) -> int:
     )
 
 
+def build_blocks(sc: Scenario, num_blocks: int | None = None) -> BlockManager:
+    e = sc.engine
+    n = num_blocks or num_kv_blocks(sc)
+    if e.enable_prefix_caching:
+        return PrefixCachingBlockManager(n, e.block_size, e.prefix_block_tokens)
+    return BlockManager(n, e.block_size)
+
+
+def build_swap(sc: Scenario) -> SwapSpace | None:
+    e = sc.engine
+    if e.preemption_mode != "swap":
+        return None
+    kv = get_model(sc.model).kv_bytes_per_token
+    return SwapSpace(swap_capacity_blocks(e.swap_space_gb, e.block_size, kv))
+
+
+def swap_seconds_per_block_of(sc: Scenario) -> float:
+    """Seconds to copy one KV block between GPU and host over the hardware's host link."""
+    return swap_seconds_per_block(sc.engine.block_size, get_model(sc.model).kv_bytes_per_token,
+                                  get_hardware(sc.hardware).host_link_bandwidth)
+
+
 def build_scheduler(sc: Scenario, num_blocks: int | None = None) -> Scheduler:
-    blocks = BlockManager(num_blocks or num_kv_blocks(sc), sc.engine.block_size)
+    blocks = build_blocks(sc, num_blocks)
     policy = make_policy(sc.policy.name, sc.policy.params)
-    return Scheduler(scheduler_config(sc), blocks, policy)
+    return Scheduler(scheduler_config(sc), blocks, policy, swap=build_swap(sc))
 
 
 def build_cost_model(sc: Scenario):

@@ -35,6 +35,10 @@ class EngineConfig(_Strict):
     max_model_len: int | None = Field(None, ge=1)
     preemption_mode: Literal["recompute", "swap"] = "recompute"
     swap_space_gb: float = Field(4.0, ge=0)
+    # Automatic prefix caching (vLLM): full prompt blocks named by the requests' hash_ids are
+    # shared; prefix_block_tokens is the token count each hash id stands for (Mooncake: 512).
+    enable_prefix_caching: bool = False
+    prefix_block_tokens: int = Field(512, ge=1)
 
 
 class PolicyConfig(BaseModel):

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 import simpy
 
-from sim.build import build_cost_model, build_scheduler
+from sim.build import build_cost_model, build_scheduler, swap_seconds_per_block_of
 from sim.config import Scenario
 from sim.core.plan import StepPlan
 from sim.core.request import Request
@@ -47,6 +47,9 @@ class Replica:
     padding_tokens: int = 0
     outstanding: int = 0
     routed: int = 0
+    swap_seconds: float = 0.0  # host-link copy time added to steps (swap preemption)
+    recompute_seconds: float = 0.0  # step time spent recomputing preempted positions
+    recompute_tokens: int = 0
 
 
 @dataclass
@@ -99,6 +102,7 @@ class Simulation:
         self.itl = LogHistogram()
         self.ts = TimeSeries()
         self.steps: list[StepTrace] | None = [] if scenario.simulation.record_steps else None
+        self._swap_s_per_block = swap_seconds_per_block_of(scenario)
         self._next_sample = 0.0
 
     # -- processes ------------------------------------------------------------------------
@@ -158,6 +162,13 @@ class Simulation:
                 rep.wake = None
                 continue
             dt = cost.step_time(plan)
+            if plan.swap_in_blocks or plan.swap_out_blocks:
+                swap_s = (plan.swap_in_blocks + plan.swap_out_blocks) * self._swap_s_per_block
+                rep.swap_seconds += swap_s
+                dt += swap_s
+            if plan.recompute_tokens:
+                rep.recompute_tokens += plan.recompute_tokens
+                rep.recompute_seconds += dt * plan.recompute_tokens / plan.num_tokens
             start = env.now
             usage = blocks.usage
             if self.steps is not None:
@@ -242,7 +253,34 @@ class Simulation:
         summary = summarize(cols, itl=self.itl, run_stats=stats)
         summary.pop("end_time", None)
         summary.update(replica_stats(self.replicas, cols, span, self.sc.cluster.router))
+        summary.update(cache_and_preemption_stats(self.replicas))
         return summary
+
+
+def cache_and_preemption_stats(replicas: list[Replica]) -> dict:
+    """Prefix-cache hit rate, and what preemption cost: swaps (host-link seconds) and
+    recomputes (positions run again, and the share of step time they took)."""
+    scheds = [r.scheduler for r in replicas]
+    query = sum(s.prefix_query_tokens for s in scheds)
+    swaps = [s.swap for s in scheds if s.swap is not None]
+    swap_s = sum(r.swap_seconds for r in replicas)
+    recompute_s = sum(r.recompute_seconds for r in replicas)
+    return {
+        "prefix_caching": any(s._caching for s in scheds),
+        "prefix_cache_queried_tokens": query,
+        "prefix_cache_hit_tokens": sum(s.prefix_hit_tokens for s in scheds),
+        "prefix_cache_hit_rate": (sum(s.prefix_hit_tokens for s in scheds) / query) if query else 0.0,
+        "prefix_cache_evictions": sum(getattr(s.blocks, "evictions", 0) for s in scheds),
+        "preemptions_recompute": sum(s.num_recompute_preemptions for s in scheds),
+        "preemptions_swap": sum(sw.swap_outs for sw in swaps),
+        "swap_refused": sum(sw.refused for sw in swaps),
+        "swap_out_blocks": sum(sw.blocks_out for sw in swaps),
+        "swap_in_blocks": sum(sw.blocks_in for sw in swaps),
+        "swap_seconds": swap_s,
+        "recompute_tokens": sum(r.recompute_tokens for r in replicas),
+        "recompute_seconds": recompute_s,
+        "preemption_seconds": swap_s + recompute_s,
+    }
 
 
 def replica_stats(replicas: list[Replica], cols: dict, span: float, router: str) -> dict:

@@ -25,6 +25,7 @@ class StepPlan:
     padding_seqs: int = 0  # static batching: finished members still riding in the batch
     swap_in_blocks: int = 0
     swap_out_blocks: int = 0
+    recompute_tokens: int = 0  # positions recomputed after a recompute preemption
 
     @property
     def num_seqs(self) -> int:

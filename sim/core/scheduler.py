@@ -13,6 +13,7 @@ from sim.core.blocks import BlockManager, blocks_for
 from sim.core.plan import StepPlan
 from sim.core.policies import Policy
 from sim.core.request import Request, RequestState
+from sim.core.swap import SwapSpace
 
 
 @dataclass(frozen=True)
@@ -28,12 +29,22 @@ class SchedulerConfig:
 
 
 class Scheduler:
-    def __init__(self, config: SchedulerConfig, blocks: BlockManager, policy: Policy) -> None:
+    def __init__(self, config: SchedulerConfig, blocks: BlockManager, policy: Policy,
+                 swap: SwapSpace | None = None) -> None:
         self.config = config
         self.blocks = blocks
         self.policy = policy
         self.running: list[Request] = []
         self.num_preemptions = 0
+        # Host swap space when preemption_mode is swap (sim.core.swap); None recomputes.
+        self.swap = swap if config.preemption_mode == "swap" else None
+        self.num_recompute_preemptions = 0
+        # Prefix caching (sim.core.prefix_cache): prompt tokens looked up and found cached at
+        # each request's first admission.
+        self._caching = getattr(blocks, "caches_prefixes", False)
+        self.prefix_query_tokens = 0
+        self.prefix_hit_tokens = 0
+        self._plan: StepPlan | None = None
         # Requests whose state changed to terminal inside schedule()/complete(); the engine
         # drains this to record them (static batches finish many members at once).
         self.finished: list[Request] = []
@@ -86,7 +97,11 @@ class Scheduler:
         budget = cfg.max_num_batched_tokens
         chunked = cfg.enable_chunked_prefill
         threshold = cfg.long_prefill_token_threshold
+        self._plan = plan
         policy.form_batch(self, now)
+        # Preemptions a policy made in form_batch (priority) do not hold back admission.
+        early_preempted = len(plan.preempted)
+        caps = policy.caps_tokens
 
         running = self.running
         i = 0
@@ -106,6 +121,11 @@ class Scheduler:
                         i += 1
                         continue
                     n = budget
+                if caps:
+                    n = policy.cap_tokens(req, n)
+                    if n <= 0:
+                        i += 1
+                        continue
             total = req.num_computed_tokens + n
             scheduled = True
             while not blocks.can_allocate(req, total):
@@ -122,13 +142,15 @@ class Scheduler:
                     i += 1
                 continue
             blocks.allocate(req, total)
+            if req.num_preemptions:
+                self._note_recompute(req, req.num_computed_tokens, n, plan)
             plan.add(req, n)
             policy.on_scheduled(req, n, now)
             budget -= n
             i += 1
 
         # As in vLLM v1, nobody new is admitted in a step that had to preempt.
-        if policy.admits_continuously and not plan.preempted:
+        if policy.admits_continuously and len(plan.preempted) == early_preempted:
             self._admit_waiting(plan, budget, now)
         return plan
 
@@ -137,20 +159,41 @@ class Scheduler:
         policy = self.policy
         blocks = self.blocks
         running = self.running
+        caching = self._caching
+        caps = policy.caps_tokens
         while budget > 0 and len(running) < cfg.max_num_seqs:
             req = policy.peek(now)
             if req is None or not policy.may_admit(self, req, now):
                 break
-            n = req.num_tokens - req.num_computed_tokens
+            # Prefix caching: the cached part of the prompt is not computed again.
+            cached = blocks.match_prefix(req) if caching and not req.num_computed_tokens else 0
+            start = req.num_computed_tokens + cached
+            n = req.num_tokens - start
             if n > budget and not cfg.enable_chunked_prefill:
                 break
             if cfg.long_prefill_token_threshold and n > cfg.long_prefill_token_threshold:
                 n = cfg.long_prefill_token_threshold
             n = min(n, budget)
-            reserve = policy.reserve_tokens(req, n)
-            if not blocks.allocate(req, max(reserve, req.num_computed_tokens + n)):
+            if caps and n > 1:
+                n = policy.cap_tokens(req, n)
+                if n <= 0:
+                    break
+            reserve = max(policy.reserve_tokens(req, n), start + n)
+            ok = (blocks.allocate_cached(req, reserve, cached) if cached
+                  else blocks.allocate(req, reserve))
+            if not ok:
                 break  # head-of-line: the first waiting request blocks the rest, as in vLLM
             policy.pop(req)
+            if req.state == RequestState.SWAPPED:
+                plan.swap_in_blocks += self.swap.swap_in(req)
+            if req.first_scheduled is None:
+                self.prefix_query_tokens += req.prompt_len
+                self.prefix_hit_tokens += cached
+                req.num_cached_tokens = cached
+            if cached:
+                req.num_computed_tokens = cached
+            if req.num_preemptions:
+                self._note_recompute(req, start, n, plan)
             self._start(req, now)
             plan.add(req, n)
             policy.on_scheduled(req, n, now)
@@ -168,12 +211,15 @@ class Scheduler:
         Requests that reached a terminal state wait in ``finished`` for ``drain_finished()``.
         """
         hold = self.policy.holds_finished
+        caching = self._caching
         any_done = False
         for req, n in plan.entries:
             if req.state != RequestState.RUNNING or req.held:
                 continue  # aborted while the step ran, or static-batch padding
             req.num_computed_tokens += n
             req.computed_tokens_total += n
+            if caching:
+                self.blocks.cache_blocks(req)
             if req.num_computed_tokens >= req.prompt_len + req.num_output_tokens:
                 req.num_output_tokens += 1
                 gap = req.record_token(now)
@@ -203,18 +249,47 @@ class Scheduler:
             req.first_scheduled = now
         self.running.append(req)
 
+    def preempt(self, victim: Request, now: float) -> None:
+        """Preempt a running request from a policy's ``form_batch`` (priority preemption)."""
+        self._preempt(victim, now, self._plan)
+
     def _preempt(self, victim: Request, now: float, plan: StepPlan) -> None:
         self.running.remove(victim)
-        self.blocks.free(victim)
-        victim.num_computed_tokens = 0
+        held = len(victim.block_table)
+        if self.swap is not None and self.swap.swap_out(victim, held):
+            # Swap: the KV goes to host memory; the request keeps its computed positions.
+            plan.swap_out_blocks += held
+            self.blocks.free(victim)
+            victim.state = RequestState.SWAPPED
+        else:
+            self.blocks.free(victim)
+            if victim.num_computed_tokens:
+                # Remember how far it had got: positions below this mark are recomputed work.
+                extra = victim.extra
+                if extra is None:
+                    extra = victim.extra = {}
+                if victim.num_computed_tokens > extra.get("recompute_to", 0):
+                    extra["recompute_to"] = victim.num_computed_tokens
+            victim.num_computed_tokens = 0
+            victim.state = RequestState.PREEMPTED
+            self.num_recompute_preemptions += 1
         victim.num_preemptions += 1
-        victim.state = RequestState.PREEMPTED
         self.num_preemptions += 1
         plan.preempted.append(victim)
         self.policy.requeue_preempted(victim, now)
 
+    @staticmethod
+    def _note_recompute(req: Request, start: int, n: int, plan: StepPlan) -> None:
+        """Count the positions of this chunk that a recompute preemption had computed before."""
+        mark = req.extra.get("recompute_to", 0) if req.extra is not None else 0
+        if mark > start:
+            plan.recompute_tokens += min(mark, start + n) - start
+
+
     def _terminate(self, req: Request, state: RequestState, now: float, reason: str) -> None:
         self.blocks.free(req)
+        if self.swap is not None and req.state == RequestState.SWAPPED:
+            self.swap.release(req)
         req.held = False
         req.finish(state, now, reason)
         self.policy.on_finished(req, now)

@@ -45,6 +45,17 @@ def make_policy(name: str, params: dict[str, Any] | None = None) -> Policy:
 
 
 # Policy modules register themselves on import.
-from sim.core.policies import continuous, orca, static  # noqa: E402,F401
+from sim.core.policies import (  # noqa: E402,F401
+    class_budget,
+    continuous,
+    edf,
+    fair,
+    lpm,
+    orca,
+    priority,
+    sarathi,
+    sjf,
+    static,
+)
 
 __all__ = ["POLICIES", "Policy", "PolicyParams", "make_policy", "register_policy"]

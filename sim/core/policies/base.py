@@ -8,21 +8,32 @@ on the GPU backend.
 
 from __future__ import annotations
 
+import math
 from collections import deque
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from sim.core.request import Request
+from sim.errors import InputError
 
 if TYPE_CHECKING:
     from sim.core.scheduler import Scheduler
 
 
 class PolicyParams(BaseModel):
-    """Knobs of a policy; each policy subclasses this with its own fields."""
+    """Knobs of a policy; each policy subclasses this with its own fields.
+
+    ``reserve`` (every policy): how much KV a request holds when admitted. ``optimistic``
+    (vLLM) allocates blocks as tokens come and preempts when they run out; ``conservative``
+    reserves ``prompt + reserve_ratio * max_tokens`` up front (TensorRT-LLM's
+    guaranteed-no-evict at ratio 1, which never preempts; SGLang's ``new_token_ratio`` below
+    1, which may). Unset keeps the policy's own default.
+    """
 
     model_config = ConfigDict(extra="forbid")
+    reserve: Literal["optimistic", "conservative"] | None = None
+    reserve_ratio: float = Field(1.0, gt=0, le=1)
 
 
 class Policy:
@@ -37,9 +48,20 @@ class Policy:
     # Finished requests stay in the batch as padding until the whole batch is done.
     holds_finished: ClassVar[bool] = False
 
+    # Calls cap_tokens(req, n) on each prefill chunk (per-class token budgets).
+    caps_tokens: ClassVar[bool] = False
+
     def __init__(self, params: PolicyParams | None = None) -> None:
         self.params = params or self.Params()
         self._waiting: deque[Request] = deque()
+        if self.params.reserve is not None and self.params.reserve != self.reserve:
+            if not self.preempts:
+                raise InputError(
+                    f"policy.reserve: '{self.name}' never preempts, so it must reserve KV "
+                    f"conservatively; 'optimistic' would deadlock when blocks run out"
+                )
+            self.reserve = self.params.reserve
+        self._ratio = self.params.reserve_ratio
 
     # -- waiting queue --------------------------------------------------------------------
     def __len__(self) -> int:
@@ -81,11 +103,19 @@ class Policy:
     def reserve_tokens(self, req: Request, scheduled_tokens: int) -> int:
         """Positions to hold blocks for when ``req`` is admitted with ``scheduled_tokens`` now."""
         if self.reserve == "conservative":
+            if self._ratio < 1.0:
+                return req.prompt_len + math.ceil(req.max_tokens * self._ratio)
             return req.prompt_len + req.max_tokens
         return req.num_computed_tokens + scheduled_tokens
 
     def may_admit(self, sched: Scheduler, req: Request, now: float) -> bool:
         return True
+
+    def cap_tokens(self, req: Request, num_new: int) -> int:
+        """At most how many of ``num_new`` prefill positions ``req`` may run this step
+        (only called when ``caps_tokens``); 0 skips it this step."""
+        return num_new
+
 
     def form_batch(self, sched: Scheduler, now: float) -> None:
         """Hook run before each step; static batching forms its next batch here."""
