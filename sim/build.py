@@ -7,6 +7,7 @@ thing in both.
 from __future__ import annotations
 
 from sim.config import Scenario
+from sim.core.admission import AdmissionController
 from sim.core.blocks import BlockManager, derive_num_blocks
 from sim.core.policies import make_policy
 from sim.core.prefix_cache import PrefixCachingBlockManager
@@ -70,7 +71,11 @@ def swap_seconds_per_block_of(sc: Scenario) -> float:
 def build_scheduler(sc: Scenario, num_blocks: int | None = None) -> Scheduler:
     blocks = build_blocks(sc, num_blocks)
     policy = make_policy(sc.policy.name, sc.policy.params)
-    return Scheduler(scheduler_config(sc), blocks, policy, swap=build_swap(sc))
+    sched = Scheduler(scheduler_config(sc), blocks, policy, swap=build_swap(sc))
+    if sc.admission is not None:
+        background = frozenset(c.name for c in sc.workload.classes or [] if c.background)
+        sched.admission = AdmissionController(sc.admission, background)
+    return sched
 
 
 def build_cost_model(sc: Scenario):

@@ -29,7 +29,7 @@ def fail(message: str) -> None:
 
 
 def summary_table(title: str, summaries: dict[str, dict]) -> Table:
-    from sim.run import SUMMARY_COLUMNS, fmt
+    from sim.run import SUMMARY_COLUMNS, TRAFFIC_COLUMNS, fmt
 
     # Metrics down, variants across: stays readable in an 80-column terminal.
     table = Table(title=title)
@@ -37,6 +37,10 @@ def summary_table(title: str, summaries: dict[str, dict]) -> Table:
     for name in summaries:
         table.add_column(name, justify="right")
     for key, label, pattern in SUMMARY_COLUMNS:
+        table.add_row(label, *(fmt(s.get(key), pattern) for s in summaries.values()))
+    traffic = any(s.get(k) for k in ("rejected", "cancelled", "timed_out", "retries")
+                  for s in summaries.values())
+    for key, label, pattern in TRAFFIC_COLUMNS if traffic else ():
         table.add_row(label, *(fmt(s.get(key), pattern) for s in summaries.values()))
     return table
 

@@ -13,7 +13,9 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from sim.core.admission import AdmissionConfig
 from sim.errors import InputError
+from sim.workload.clients import ClientConfig
 from sim.workload.spec import WorkloadConfig
 
 
@@ -151,7 +153,27 @@ class Scenario(_Strict):
     cluster: ClusterConfig = Field(default_factory=ClusterConfig)
     sweep: SweepConfig | None = None
     plan: PlanConfig | None = None
+    admission: AdmissionConfig | None = None
+    clients: ClientConfig | None = None
+    cost_per_gpu_hour: float | None = Field(
+        None, ge=0, description="$ per GPU-hour; default: the hardware preset's price")
     variants: dict[str, dict[str, Any]] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _traffic_consistent(self) -> Scenario:
+        classes = self.workload.classes or []
+        configs = [("clients", self.clients)] + [
+            (f"workload.classes.{c.name}.clients", c.clients) for c in classes]
+        for where, cfg in configs:
+            if cfg is not None and cfg.retry is not None and cfg.retry.max_attempts is None \
+                    and self.simulation.horizon_s is None:
+                raise ValueError(f"{where}.retry.max_attempts: unlimited retries need "
+                                 "simulation.horizon_s (else a retry storm never ends)")
+        if self.admission is not None and self.admission.background is not None:
+            if not any(c.background for c in classes):
+                raise ValueError("admission.background: no class in workload.classes has "
+                                 "background: true, so there is nothing to pause")
+        return self
 
     @model_validator(mode="after")
     def _budget_covers_prompts(self) -> Scenario:

@@ -14,11 +14,12 @@ import simpy
 from sim.build import build_cost_model, build_scheduler, swap_seconds_per_block_of
 from sim.config import Scenario
 from sim.core.plan import StepPlan
-from sim.core.request import Request
+from sim.core.request import Request, RequestState
 from sim.core.scheduler import Scheduler
 from sim.metrics import LogHistogram, summarize
 from sim.records import RecordSink
 from sim.router import make_router
+from sim.workload.clients import ClientBehaviour
 from sim.workload.table import RequestTable
 
 
@@ -45,6 +46,7 @@ class Replica:
     batch_integral: float = 0.0
     batch_max: int = 0
     padding_tokens: int = 0
+    plan: StepPlan | None = None  # the step running now (a cancellation counts its work)
     outstanding: int = 0
     routed: int = 0
     swap_seconds: float = 0.0  # host-link copy time added to steps (swap preemption)
@@ -102,6 +104,8 @@ class Simulation:
         self.itl = LogHistogram()
         self.ts = TimeSeries()
         self.steps: list[StepTrace] | None = [] if scenario.simulation.record_steps else None
+        # Classes (SLOs, weights) and client behaviour: sim.workload.clients; None when unused.
+        self.clients = ClientBehaviour.build(self)
         self._swap_s_per_block = swap_seconds_per_block_of(scenario)
         self._next_sample = 0.0
 
@@ -128,7 +132,38 @@ class Simulation:
                 session=None if session is None else session[i],
                 record_token_times=record_times,
             )
+            self.admit_new(req)
+
+    def admit_new(self, req: Request) -> None:
+        """A new attempt arrives now: stamp its class, submit it, arm its client timers."""
+        clients = self.clients
+        if clients is None:
             self.submit(req)
+            return
+        clients.stamp(req)
+        self.submit(req)
+        if not req.is_terminal:
+            clients.on_arrival(req)
+
+    def abort(self, req: Request, state, reason: str) -> bool:
+        """End ``req`` now (cancelled, timed out): blocks free at once, recorded at once.
+
+        Positions of the step running now are counted as computed (the GPU is doing them)."""
+        if req.is_terminal:
+            return False
+        rep = self.replicas[req.replica]
+        if rep.plan is not None and req.state == RequestState.RUNNING:
+            for r, k in rep.plan.entries:
+                if r is req:
+                    req.computed_tokens_total += k
+                    break
+        rep.scheduler.abort(req, state, self.env.now, reason)
+        self._collect(rep)
+        return True
+
+    def next_event_time(self) -> float:
+        """When the next SimPy event (arrival, client timer, step end) fires; inf if none."""
+        return self.env.peek()
 
     def route(self, req: Request) -> Replica:
         if len(self.replicas) == 1:
@@ -173,7 +208,12 @@ class Simulation:
             usage = blocks.usage
             if self.steps is not None:
                 self.steps.append(StepTrace(rep.index, start, dt, batch_kinds(plan)))
+            total = plan.num_tokens
+            for r, k in plan.entries:
+                r.gpu_ns += int(dt * k / total * 1e9 + 0.5)
+            rep.plan = plan
             yield env.timeout(dt)
+            rep.plan = None
             sched.complete(plan, env.now)
             self._account(rep, plan, start, dt, usage)
             self._collect(rep)
@@ -206,7 +246,7 @@ class Simulation:
             self.ts.replica.append(rep.index)
             self.ts.kv_usage.append(rep.scheduler.blocks.usage)
             self.ts.running.append(len(rep.scheduler.running))
-            self.ts.waiting.append(rep.scheduler.num_waiting)
+            self.ts.waiting.append(rep.scheduler.num_queued)
         self._next_sample = (now // interval + 1) * interval
 
     def _collect(self, rep: Replica) -> None:
@@ -214,6 +254,9 @@ class Simulation:
         rep.outstanding -= len(done)
         for req in done:
             self.records.add(req)
+        if self.clients is not None:
+            for req in done:
+                self.clients.on_terminal(req)
 
     # -- run ------------------------------------------------------------------------------
     def run(self) -> SimResult:
@@ -226,7 +269,9 @@ class Simulation:
         end = env.now
         for rep in self.replicas:
             self._collect(rep)
-            for req in [*rep.scheduler.running, *rep.scheduler.policy.waiting()]:
+            adm = rep.scheduler.admission
+            parked = list(adm.parked) if adm is not None else []
+            for req in [*rep.scheduler.running, *rep.scheduler.policy.waiting(), *parked]:
                 req.reason = "horizon"
                 self.records.add(req)
         return SimResult(self.sc, self.records, self._summary(end), self.ts, self.steps,
@@ -252,9 +297,37 @@ class Simulation:
         cols = self.records.columns()
         summary = summarize(cols, itl=self.itl, run_stats=stats)
         summary.pop("end_time", None)
+        summary.update(self._traffic_summary(cols, summary["duration"], end))
         summary.update(replica_stats(self.replicas, cols, span, self.sc.cluster.router))
         summary.update(cache_and_preemption_stats(self.replicas))
         return summary
+
+    def _traffic_summary(self, cols: dict, duration: float, end: float) -> dict:
+        """States, reasons, retries, wasted work, goodput, per class / tenant, cost (sim.metrics)."""
+        from sim.cost.presets import get_hardware
+        from sim.metrics import traffic_summary
+
+        sc = self.sc
+        classes = sc.workload.classes or []
+        weights: dict[str, list[float]] = {}
+        for c in classes:
+            weights.setdefault(c.tenant or "default", []).append(c.weight)
+        price = sc.cost_per_gpu_hour
+        if price is None:
+            price = get_hardware(sc.hardware).cost_per_hour
+        extra: dict = {}
+        if self.clients is not None:
+            extra["retries_pending_at_end"] = self.clients.retries_pending
+        adms = [r.scheduler.admission for r in self.replicas if r.scheduler.admission is not None]
+        if adms:
+            stats = [a.stats(end) for a in adms]
+            extra["background_pauses"] = sum(s["background_pauses"] for s in stats)
+            extra["background_paused_s"] = sum(s["background_paused_s"] for s in stats)
+        return traffic_summary(
+            cols, duration=duration, slos={c.name: c.slo for c in classes},
+            weights={t: sum(w) / len(w) for t, w in weights.items()},
+            num_replicas=len(self.replicas), price_per_gpu_hour=price,
+            queue_len=self.ts.waiting, extra=extra)
 
 
 def cache_and_preemption_stats(replicas: list[Replica]) -> dict:

@@ -132,3 +132,171 @@ def summarize(cols: dict[str, np.ndarray], *, itl: LogHistogram, run_stats: dict
     summary["wasted_tokens"] = computed - useful
     summary.update(run_stats)
     return summary
+
+
+# -- traffic: terminal states, retries, wasted work, SLOs per class and tenant, cost ----------
+TRAFFIC_PERCENTILES = (50, 95, 99)
+_UNFINISHED = ("waiting", "running", "preempted", "swapped")
+
+
+def _pcts(prefix: str, values_s: np.ndarray, out: dict) -> None:
+    v = values_s[~np.isnan(values_s)] * 1e3
+    for p in TRAFFIC_PERCENTILES:
+        out[f"p{p}_{prefix}_ms"] = float(np.percentile(v, p)) if len(v) else None
+
+
+def client_arrival(cols: dict[str, np.ndarray]) -> np.ndarray:
+    """Per record: when its client first asked (the first attempt's arrival)."""
+    client = cols["client_id"]
+    arrival = cols["arrival"]
+    if len(client) == 0:
+        return arrival
+    ids, inverse = np.unique(client, return_inverse=True)
+    first = np.full(len(ids), np.inf)
+    np.minimum.at(first, inverse, arrival)
+    return first[inverse]
+
+
+def slo_met(cols: dict[str, np.ndarray], slos: dict) -> np.ndarray:
+    """Per record: finished and within every SLO of its class, latencies counted from when the
+    client first asked (so a retried request pays for its refusals and backoff); classes
+    without SLOs: finished."""
+    ok = cols["state"] == RequestState.FINISHED.value
+    met = ok.copy()
+    cls = cols["cls"]
+    origin = client_arrival(cols) if slos else None
+    for name, slo in slos.items():
+        mask = ok & (cls == name)
+        if mask.any():
+            o = origin[mask]
+            met[mask] = slo.met(cols["first_token"][mask] - o, cols["tpot"][mask],
+                                cols["finish"][mask] - o)
+    return met
+
+
+def jain_index(values) -> float | None:
+    """Jain's fairness index: 1 when all equal, 1/n when one takes everything."""
+    x = np.asarray(list(values), dtype=np.float64)
+    if len(x) == 0 or not np.any(x):
+        return None
+    return float(x.sum() ** 2 / (len(x) * (x * x).sum()))
+
+
+def _wasted(cols: dict[str, np.ndarray], sel: np.ndarray) -> tuple[int, float]:
+    """Positions and GPU seconds spent on ``sel`` that produced nothing a client kept:
+    all of a cancelled / timed-out / failed attempt's work, a finished one's recomputes."""
+    state = cols["state"][sel]
+    computed = cols["computed_tokens"][sel]
+    gpu = cols["gpu_seconds"][sel]
+    lost = np.isin(state, ("cancelled", "timed_out", "failed", "rejected"))
+    ok = state == RequestState.FINISHED.value
+    useful = (cols["prompt_len"][sel] + cols["output_tokens"][sel] - 1 - cols["cached_tokens"][sel])
+    extra = np.where(ok, np.maximum(computed - useful, 0), 0)
+    tokens = int(computed[lost].sum() + extra.sum())
+    share = np.divide(extra, computed, out=np.zeros(len(computed)), where=computed > 0)
+    seconds = float(gpu[lost].sum() + (gpu * share)[ok].sum())
+    return tokens, seconds
+
+
+def group_summary(cols: dict[str, np.ndarray], sel: np.ndarray, met: np.ndarray,
+                  duration: float) -> dict:
+    """Counts, latency percentiles, goodput and SLO attainment of the records in ``sel``."""
+    state = cols["state"][sel]
+    ok = state == RequestState.FINISHED.value
+    n = int(sel.sum())
+    values, counts = np.unique(state, return_counts=True) if n else ([], [])
+    good = int(met[sel].sum())
+    out: dict = {
+        "num_requests": n,
+        "count_by_state": {str(v): int(c) for v, c in zip(values, counts, strict=True)},
+        "completed": int(ok.sum()),
+        "request_throughput": float(ok.sum()) / duration,
+        "output_tokens": int(cols["output_tokens"][sel][ok].sum()),
+        "served_tokens": int((cols["prompt_len"][sel] + cols["output_tokens"][sel])[ok].sum()),
+        "goodput": good / duration,
+        "clients": int(len(np.unique(cols["client_id"][sel]))),
+    }
+    # Share of clients (a request and its retries) served within every SLO of their class.
+    out["slo_attainment"] = good / out["clients"] if out["clients"] else None
+    out["attempts_per_client"] = n / out["clients"] if out["clients"] else None
+    for name in ("ttft", "tpot", "e2el", "queue_wait"):
+        _pcts(name, cols[name][sel][ok], out)
+    tokens, seconds = _wasted(cols, sel)
+    out["wasted_tokens"] = tokens
+    out["wasted_gpu_seconds"] = seconds
+    return out
+
+
+def traffic_summary(cols: dict[str, np.ndarray], *, duration: float, slos: dict,
+                    weights: dict[str, float], num_replicas: int, price_per_gpu_hour: float,
+                    queue_len: list[int] | None = None, extra: dict | None = None) -> dict:
+    """Terminal states and reasons, retries, wasted work, goodput, per class / tenant, cost."""
+    state = cols["state"]
+    reason = cols["reason"]
+    n = len(state)
+    everything = np.ones(n, dtype=bool)
+    met = slo_met(cols, slos)
+    by_reason: dict[str, dict[str, int]] = {}
+    for s, r in zip(state.tolist(), reason.tolist(), strict=True):
+        if s == RequestState.FINISHED.value:
+            continue
+        inner = by_reason.setdefault(s, {})
+        inner[r or "-"] = inner.get(r or "-", 0) + 1
+    values, counts = np.unique(state, return_counts=True) if n else ([], [])
+    client = cols["client_id"]
+    num_clients = int(len(np.unique(client)))
+    # A client succeeded when any of its attempts finished.
+    ok = state == RequestState.FINISHED.value
+    good_clients = int(len(np.unique(client[ok])))
+    lost = np.isin(state, ("cancelled", "timed_out"))
+    _, seconds = _wasted(cols, everything)
+    gpu_total = float(cols["gpu_seconds"].sum())
+    completed = int(ok.sum())
+    gpu_hours = num_replicas * duration / 3600.0
+    cost = gpu_hours * price_per_gpu_hour
+    out: dict = {
+        "rejected": int((state == RequestState.REJECTED.value).sum()),
+        "cancelled": int((state == RequestState.CANCELLED.value).sum()),
+        "timed_out": int((state == RequestState.TIMED_OUT.value).sum()),
+        "rate_by_state": {str(v): int(c) / duration for v, c in zip(values, counts, strict=True)},
+        "count_by_reason": by_reason,
+        "clients": num_clients,
+        "attempts": n,
+        "retries": n - num_clients,
+        "attempts_per_client_mean": n / num_clients if num_clients else None,
+        "attempts_per_client_max": int(np.bincount(np.unique(client, return_inverse=True)[1]).max())
+        if n else 0,
+        "client_success_rate": good_clients / num_clients if num_clients else None,
+        # Attempts ended by a client or by expiry after the GPU had started on them.
+        "generation_cancelled": int((lost & (cols["computed_tokens"] > 0)).sum()),
+        "wasted_gpu_seconds": seconds,
+        "wasted_tokens_by_state": {},
+        "wasted_gpu_seconds_by_state": {},
+        "gpu_seconds": gpu_total,
+        "wasted_gpu_fraction": seconds / gpu_total if gpu_total else 0.0,
+        "goodput": float(met.sum()) / duration,
+        "slo_attainment": float(met.sum()) / num_clients if num_clients else None,
+        "cost_per_gpu_hour": price_per_gpu_hour,
+        "cost_total": cost,
+        "cost_per_successful_request": cost / completed if completed else None,
+        "cost_per_good_request": cost / float(met.sum()) if met.any() else None,
+    }
+    for s in ("finished", "cancelled", "timed_out", "failed"):
+        t, sec = _wasted(cols, state == s)
+        out["wasted_tokens_by_state"][s] = t
+        out["wasted_gpu_seconds_by_state"][s] = sec
+    if queue_len:
+        q = np.asarray(queue_len)
+        out["queue_len_mean"] = float(q.mean())
+        out["queue_len_max"] = int(q.max())
+    out["per_class"] = {str(c): group_summary(cols, cols["cls"] == c, met, duration)
+                        for c in sorted(set(cols["cls"].tolist()))}
+    tenants = sorted(set(cols["tenant"].tolist()))
+    out["per_tenant"] = {str(t): group_summary(cols, cols["tenant"] == t, met, duration)
+                         for t in tenants}
+    if len(tenants) > 1:
+        served = [out["per_tenant"][t]["served_tokens"] / weights.get(t, 1.0) for t in tenants]
+        out["fairness_jain_tenants"] = jain_index(served)
+    if extra:
+        out.update(extra)
+    return out

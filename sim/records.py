@@ -17,7 +17,7 @@ NAN = float("nan")
 
 FLOAT_COLUMNS = (
     "arrival", "first_scheduled", "first_token", "finish", "ttft", "e2el", "tpot",
-    "itl_max", "queue_wait",
+    "itl_max", "queue_wait", "gpu_seconds",
 )
 INT_COLUMNS = (
     "req_id", "replica", "prompt_len", "max_tokens", "output_tokens", "priority",
@@ -53,6 +53,7 @@ class RecordSink:
         f["queue_wait"].append(
             NAN if req.first_scheduled is None else req.first_scheduled - req.arrival
         )
+        f["gpu_seconds"].append(req.gpu_ns * 1e-9)
         i["req_id"].append(req.req_id)
         i["replica"].append(req.replica)
         i["prompt_len"].append(req.prompt_len)

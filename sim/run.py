@@ -23,6 +23,30 @@ SUMMARY_COLUMNS = (
     ("mean_running_batch", "batch", "{:.1f}"),
     ("kv_usage_max", "KV max", "{:.0%}"),
 )
+# Rows shown only when some variant has a non-zero value (client behaviour, admission control).
+TRAFFIC_COLUMNS = (
+    ("rejected", "rejected", "{:d}"),
+    ("cancelled", "cancelled", "{:d}"),
+    ("timed_out", "timed out", "{:d}"),
+    ("retries", "retries", "{:d}"),
+    ("wasted_gpu_fraction", "GPU wasted", "{:.0%}"),
+    ("goodput", "goodput req/s", "{:.2f}"),
+    ("slo_attainment", "SLO attained", "{:.0%}"),
+)
+# Many variants (a policy sweep): one row per variant with these columns.
+COMPARISON_COLUMNS = (
+    ("completed", "done", "{:d}"),
+    ("output_throughput", "tok/s", "{:.0f}"),
+    ("median_ttft_ms", "TTFT p50 ms", "{:.0f}"),
+    ("p99_ttft_ms", "TTFT p99 ms", "{:.0f}"),
+    ("p99_itl_ms", "ITL p99 ms", "{:.0f}"),
+    ("mean_e2el_ms", "E2E mean ms", "{:.0f}"),
+    ("slo_attainment", "SLO met", "{:.0%}"),
+    ("preemptions", "preempt", "{:d}"),
+    ("preemption_seconds", "preempt s", "{:.1f}"),
+    ("prefix_cache_hit_rate", "prefix hit", "{:.0%}"),
+    ("timed_out", "dropped", "{:d}"),
+)
 
 
 def fmt(value, pattern: str) -> str:

@@ -40,7 +40,7 @@ class Request:
         "state", "reason", "num_computed_tokens", "num_output_tokens", "block_table",
         "first_scheduled", "first_token_time", "last_token_time", "finish_time",
         "token_times", "itl_sum", "itl_max", "num_preemptions", "held", "num_cached_tokens",
-        "computed_tokens_total", "reserved_tokens", "replica", "extra",
+        "computed_tokens_total", "reserved_tokens", "replica", "extra", "gpu_ns",
     )
 
     def __init__(
@@ -93,6 +93,9 @@ class Request:
         # Every position the engine ran through the model for this request, recomputes included;
         # the difference from the useful tokens is the work preemption and cancellation wasted.
         self.computed_tokens_total = 0
+        # Step time attributed to this request in proportion to its share of each step's tokens,
+        # in integer nanoseconds so that the sum does not depend on how steps are grouped.
+        self.gpu_ns = 0
         self.reserved_tokens = 0
         self.replica = 0
         self.extra: dict | None = None

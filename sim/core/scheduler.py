@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from sim.core.admission import PARKED, AdmissionController
 from sim.core.blocks import BlockManager, blocks_for
 from sim.core.plan import StepPlan
 from sim.core.policies import Policy
@@ -50,6 +51,8 @@ class Scheduler:
         self.finished: list[Request] = []
         # Inter-token gaps of the tokens sampled by complete(), drained by the engine (ITL).
         self.itl_gaps: list[float] = []
+        # Front-door limits and background pausing (sim.core.admission); None admits everyone.
+        self.admission: AdmissionController | None = None
 
     # -- intake ---------------------------------------------------------------------------
     def add_request(self, req: Request, now: float) -> bool:
@@ -66,6 +69,13 @@ class Scheduler:
                             f"needs {need} KV blocks, the cache has {self.blocks.num_blocks}")
             return False
         req.state = RequestState.WAITING
+        if self.admission is not None:
+            verdict = self.admission.check(self, req, now)
+            if verdict is PARKED:
+                return True
+            if verdict is not None:
+                self._terminate(req, RequestState.REJECTED, now, verdict)
+                return False
         self.policy.enqueue(req, now)
         return True
 
@@ -74,8 +84,15 @@ class Scheduler:
         return len(self.policy)
 
     @property
+    def num_queued(self) -> int:
+        """Waiting requests, including background ones parked by admission control."""
+        adm = self.admission
+        return len(self.policy) + (len(adm.parked) if adm is not None else 0)
+
+    @property
     def has_work(self) -> bool:
-        return bool(self.running) or len(self.policy) > 0
+        return bool(self.running) or len(self.policy) > 0 or (
+            self.admission is not None and bool(self.admission.parked))
 
     def abort(self, req: Request, state: RequestState, now: float, reason: str) -> bool:
         """End a waiting or running request now (cancelled, timed out); its blocks are freed."""
@@ -83,8 +100,8 @@ class Scheduler:
             return False
         if req.state == RequestState.RUNNING:
             self.running.remove(req)
-        else:
-            self.policy.remove(req)
+        elif not self.policy.remove(req) and self.admission is not None:
+            self.admission.unpark(req)
         self._terminate(req, state, now, reason)
         return True
 
@@ -97,6 +114,8 @@ class Scheduler:
         budget = cfg.max_num_batched_tokens
         chunked = cfg.enable_chunked_prefill
         threshold = cfg.long_prefill_token_threshold
+        if self.admission is not None:
+            self.admission.before_step(self, now)
         self._plan = plan
         policy.form_batch(self, now)
         # Preemptions a policy made in form_batch (priority) do not hold back admission.
@@ -293,4 +312,6 @@ class Scheduler:
         req.held = False
         req.finish(state, now, reason)
         self.policy.on_finished(req, now)
+        if self.admission is not None:
+            self.admission.on_finished(req)
         self.finished.append(req)

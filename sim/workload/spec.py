@@ -9,6 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from sim.errors import InputError
 from sim.workload.arrivals import ArrivalProcess, PoissonArrival
+from sim.workload.classes import RequestClass, apply_classes, check_classes, class_shares
 from sim.workload.distributions import FixedDist, LengthDist
 from sim.workload.table import RequestTable
 
@@ -34,14 +35,23 @@ class WorkloadConfig(BaseModel):
     prefill_decode_ratio: float | None = Field(None, gt=0)
     requests: list[ExplicitRequest] | None = None
     trace: Any | None = None  # sim.workload.traces.TraceSpec, validated when used
+    # Tenants and request classes (sim.workload.classes); mix: {class: share of the stream}.
+    classes: list[RequestClass] | None = None
+    mix: dict[str, float] | None = None
 
     @model_validator(mode="after")
     def _one_source(self) -> WorkloadConfig:
-        if self.requests is None and self.trace is None:
+        own_streams_only = self.classes is not None and not class_shares(self.classes, self.mix)
+        if self.requests is None and self.trace is None and not own_streams_only:
             if self.num_requests is None and self.duration_s is None:
                 raise ValueError("give num_requests or duration_s (or requests, or trace)")
         if (self.total_len is None) != (self.prefill_decode_ratio is None):
             raise ValueError("total_len and prefill_decode_ratio go together")
+        if self.mix is not None and self.classes is None:
+            raise ValueError("workload.mix: names shares of workload.classes, which is not given")
+        if self.classes is not None:
+            check_classes(self.classes, self.mix,
+                          self.duration_s is not None or self.num_requests is not None)
         return self
 
 
@@ -68,6 +78,15 @@ def synthetic_lengths(cfg: WorkloadConfig, rngs, n: int) -> tuple[np.ndarray, np
 
 
 def build_workload(cfg: WorkloadConfig, seed: int) -> RequestTable:
+    if cfg.classes is None:
+        return _main_stream(cfg, seed)
+    shares = class_shares(cfg.classes, cfg.mix)
+    main = _main_stream(cfg, seed) if shares else None
+    synthetic = cfg.requests is None and cfg.trace is None
+    return apply_classes(cfg, main, seed, synthetic)
+
+
+def _main_stream(cfg: WorkloadConfig, seed: int) -> RequestTable:
     rng_arrival, rng_prompt, rng_output, rng_trace = _streams(seed, 4)
     if cfg.requests is not None:
         reqs = cfg.requests
@@ -106,11 +125,15 @@ def trace_workload(cfg: WorkloadConfig, rng_trace, rng_arrival) -> RequestTable:
     if n == 0:
         raise InputError(f"workload.trace: {spec.path} holds no requests")
     if table.arrival_s is None:
-        # Length-only traces take arrivals from the scenario's arrival process.
-        if cfg.num_requests is not None:
-            n = min(n, cfg.num_requests)
-        arrival = cfg.arrival.times(rng_arrival, n)
-        idx = np.arange(n)
+        # Length-only traces take arrivals from the scenario's arrival process, and their
+        # lengths in trace order (from the start again when the arrivals outnumber the rows).
+        if cfg.duration_s is not None:
+            arrival = _count_for_duration(cfg.arrival, rng_arrival, cfg.duration_s)
+            if cfg.num_requests is not None:
+                arrival = arrival[: cfg.num_requests]
+        else:
+            arrival = cfg.arrival.times(rng_arrival, cfg.num_requests or n)
+        idx = np.arange(len(arrival)) % n
     else:
         arrival = table.arrival_s
         idx = np.arange(n)
