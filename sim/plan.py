@@ -22,9 +22,9 @@ from typing import Any
 
 import numpy as np
 
-from sim.config import PlanConfig, SLOConfig, parse_set_option, read_yaml, set_dotted, validate
+from sim.config import PlanConfig, SLOConfig, parse_set_option, set_dotted, validate
 from sim.errors import InputError
-from sim.sweep import make_executor, point_key, set_rate
+from sim.sweep import make_executor, point_key, read_raw, set_rate
 
 PER_REQUEST = (("ttft_ms", "ttft", "TTFT"), ("tpot_ms", "tpot", "TPOT"), ("e2el_ms", "e2el", "E2EL"))
 PERCENTILE = (("p99_ttft_ms", "P99 TTFT"), ("p99_tpot_ms", "P99 TPOT"), ("p99_itl_ms", "P99 ITL"),
@@ -410,8 +410,9 @@ def candidate_frame(result: PlanResult):
     return pd.DataFrame(rows)
 
 
-def load_plan(path: str | Path, overrides: list[str]) -> tuple[dict, PlanConfig]:
-    raw = read_yaml(path)
+def load_plan(path: str | Path | dict, overrides: list[str]) -> tuple[dict, PlanConfig]:
+    raw = read_raw(path)
+    path = "scenario" if isinstance(path, dict) else path
     for option in overrides:
         key, value = parse_set_option(option)
         set_dotted(raw, key, value)
@@ -422,10 +423,11 @@ def load_plan(path: str | Path, overrides: list[str]) -> tuple[dict, PlanConfig]
     return data, sc.plan
 
 
-def run_plan(path: str | Path, out: Path | None = None, overrides: list[str] | None = None,
+def run_plan(path: str | Path | dict, out: Path | None = None, overrides: list[str] | None = None,
              executor: str = "local", workers: int | None = None, address: str | None = None,
              log=print, plots: bool = True) -> PlanResult:
     data, plan = load_plan(path, overrides or [])
+    path = "scenario" if isinstance(path, dict) else path
     name = data.get("name", "scenario")
     out = Path(out) if out is not None else Path("results") / str(name)
     target = plan.target_rate or base_rate(data)

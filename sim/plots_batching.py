@@ -50,6 +50,7 @@ def plot_throughput_ratio(ratios, spread: str, stem: Path, spread_label: str,
     for v, r in zip(x, ratios["ratio"], strict=True):
         axes[1].annotate(f"{r:.1f}x", (v, r), textcoords="offset points", xytext=(0, 6),
                          ha="center", fontsize=8)
+    axes[1].margins(y=0.15)
     axes[1].set_ylabel(f"{fast} / {slow} throughput (x)")
     axes[1].set_title(f"{fast.capitalize()} over {slow} batching")
     for ax in axes:
@@ -103,8 +104,10 @@ def plot_tenants(tenants, stem: Path, slo=None) -> list[Path]:
         ax.set_xlabel("tenant")
         ax.set_ylabel("requests within the SLOs (%)" if m == "slo_attainment" else label(m))
         ax.set_title(label(m).split(" (")[0])
-        if m == "p99_ttft_ms" and slo is not None and slo.ttft_ms:
-            slo_line(ax, slo.ttft_ms, f"TTFT SLO {slo.ttft_ms:g} ms")
+        if m == "p99_ttft_ms":
+            ax.set_yscale("log")
+            if slo is not None and slo.ttft_ms:
+                slo_line(ax, slo.ttft_ms, f"TTFT SLO {slo.ttft_ms:g} ms")
         if m == "median_tpot_ms" and slo is not None and slo.tpot_ms:
             slo_line(ax, slo.tpot_ms, f"TPOT SLO {slo.tpot_ms:g} ms")
         if m == "slo_attainment" and slo is not None:
@@ -136,6 +139,6 @@ def plot_replicas(summaries: dict, stem: Path) -> list[Path]:
         ax.set_ylabel(title)
         ax.set_title(title.split(" (")[0] + " per replica")
         ax.grid(axis="y", alpha=0.3)
-        ax.legend(fontsize=8)
+        ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.1), ncol=2)
     fig.suptitle("Load across replicas per router (imbalance = max / mean requests routed)")
     return save(fig, stem)

@@ -28,7 +28,8 @@ def plot_capacity(curve, result, stem: Path) -> list[Path]:
     ax = axes[1]
     ax.plot(x, curve["p99_ttft_ms"], marker="o", label="P99 TTFT")
     slo_line(ax, slo.ttft_ms, f"TTFT SLO {slo.ttft_ms:g} ms" if slo.ttft_ms else "")
-    slo_line(ax, slo.p99_ttft_ms, f"P99 TTFT SLO {slo.p99_ttft_ms:g} ms" if slo.p99_ttft_ms else "")
+    slo_line(ax, slo.p99_ttft_ms, f"P99 TTFT SLO {slo.p99_ttft_ms:g} ms" if slo.p99_ttft_ms else "",
+             linestyle=":", color="#8e0000")
     ax.scatter(x[at], curve["p99_ttft_ms"][at], **REC_STYLE, label="recommended")
     ax.set_yscale("log")
     ax.set_ylabel(label("p99_ttft_ms"))
@@ -36,10 +37,13 @@ def plot_capacity(curve, result, stem: Path) -> list[Path]:
 
     ax = axes[2]
     ax.plot(x, curve["median_tpot_ms"], marker="o", label="median TPOT")
-    ax.plot(x, curve["p99_itl_ms"], marker=".", linestyle=":", label="P99 ITL")
+    if curve["p99_itl_ms"].notna().any():
+        ax.plot(x, curve["p99_itl_ms"], marker=".", linestyle=":", label="P99 ITL")
     slo_line(ax, slo.tpot_ms, f"TPOT SLO {slo.tpot_ms:g} ms" if slo.tpot_ms else "")
-    slo_line(ax, slo.p99_tpot_ms, f"P99 TPOT SLO {slo.p99_tpot_ms:g} ms" if slo.p99_tpot_ms else "")
-    slo_line(ax, slo.p99_itl_ms, f"P99 ITL SLO {slo.p99_itl_ms:g} ms" if slo.p99_itl_ms else "")
+    slo_line(ax, slo.p99_tpot_ms, f"P99 TPOT SLO {slo.p99_tpot_ms:g} ms" if slo.p99_tpot_ms else "",
+             linestyle=":", color="#8e0000")
+    slo_line(ax, slo.p99_itl_ms, f"P99 ITL SLO {slo.p99_itl_ms:g} ms" if slo.p99_itl_ms else "",
+             linestyle="-.", color="#8e0000")
     ax.scatter(x[at], curve["median_tpot_ms"][at], **REC_STYLE, label="recommended")
     ax.set_ylabel("ms per output token")
     ax.set_title(f"Per-token latency at {load:.2f} req/s")

@@ -49,13 +49,15 @@ def save(fig, stem: Path) -> list[Path]:
     return paths
 
 
-def slo_line(ax, value: float | None, text: str, horizontal: bool = True) -> None:
+def slo_line(ax, value: float | None, text: str, horizontal: bool = True, **style) -> None:
+    """A dashed red line at an SLO limit, labelled for the legend (``style`` overrides)."""
     if value is None:
         return
+    kw = {**SLO_STYLE, **style}
     if horizontal:
-        ax.axhline(value, **SLO_STYLE, label=text)
+        ax.axhline(value, **kw, label=text)
     else:
-        ax.axvline(value, **SLO_STYLE, label=text)
+        ax.axvline(value, **kw, label=text)
 
 
 def seqs_axis(ax, values) -> None:

@@ -21,7 +21,8 @@ def _series(frame, params: list[str], x: str):
         return
     for values, rows in frame.groupby(others, sort=False, dropna=False):
         values = values if isinstance(values, tuple) else (values,)
-        name = ", ".join(f"{_short(k)}={v}" for k, v in zip(others, values, strict=True))
+        name = ", ".join(str(v) if k == "variant" else f"{_short(k)}={v}"
+                         for k, v in zip(others, values, strict=True))
         yield name, rows.sort_values(x)
 
 
@@ -63,7 +64,8 @@ def plot_latency_throughput(frame, params: list[str], stem: Path, slo=None,
             slo_line(ax, lines[m][0], lines[m][1])
         ax.set_xlabel(label("request_throughput"))
         ax.set_ylabel(label(m))
-        ax.set_yscale("log")
+        if m == "p99_ttft_ms":
+            ax.set_yscale("log")
         ax.grid(alpha=0.3, which="both")
         ax.set_title(label(m).split(" (")[0] + " vs throughput")
         ax.legend(fontsize=8)
@@ -72,11 +74,12 @@ def plot_latency_throughput(frame, params: list[str], stem: Path, slo=None,
 
 
 def plot_max_num_seqs(frame, params: list[str], stem: Path, slo=None, recommended: int | None = None,
-                      title: str = "Throughput and latency against max_num_seqs") -> list[Path]:
+                      title: str = "Throughput and latency against max_num_seqs (one line per other "
+                            "swept value)") -> list[Path]:
     """Throughput rises with max_num_seqs until compute or KV memory saturates while each
     request's ITL rises: throughput, P99 TTFT and ITL against max_num_seqs (log2 axis)."""
     lines = _slo_values(slo)
-    panels = (("output_throughput", None), ("p99_ttft_ms", "log"), ("median_itl_ms", None),
+    panels = (("output_throughput", None), ("p99_ttft_ms", "log"), ("median_tpot_ms", None),
               ("kv_usage_max", None))
     fig, axes = plt.subplots(1, len(panels), figsize=(4.6 * len(panels), 4.2))
     for i, (name, rows) in enumerate(_series(frame, params, SEQS)):
@@ -85,13 +88,12 @@ def plot_max_num_seqs(frame, params: list[str], stem: Path, slo=None, recommende
                 continue
             y = rows[m] * (100 if m == "kv_usage_max" else 1)
             ax.plot(rows[SEQS], y, marker="o", color=plt.cm.tab10(i), label=name)
-            if m == "median_itl_ms" and "p99_itl_ms" in rows:
+            if m == "median_tpot_ms" and "p99_itl_ms" in rows and rows["p99_itl_ms"].notna().any():
                 ax.plot(rows[SEQS], rows["p99_itl_ms"], marker=".", linestyle=":",
-                        color=plt.cm.tab10(i), label=f"{name} (P99)")
+                        color=plt.cm.tab10(i), label=f"{name} (P99 ITL)")
     for ax, (m, scale) in zip(axes, panels, strict=True):
-        key = "median_tpot_ms" if m == "median_itl_ms" else m
-        if key in lines:
-            slo_line(ax, lines[key][0], lines[key][1])
+        if m in lines:
+            slo_line(ax, lines[m][0], lines[m][1])
         if recommended is not None:
             ax.axvline(recommended, color="#f9a825", linewidth=2, alpha=0.7,
                        label=f"recommended max_num_seqs={recommended}")
@@ -99,9 +101,10 @@ def plot_max_num_seqs(frame, params: list[str], stem: Path, slo=None, recommende
         if scale:
             ax.set_yscale(scale)
         ax.set_xlabel("max_num_seqs (log2 scale)")
-        ax.set_ylabel("peak KV-cache usage (%)" if m == "kv_usage_max" else label(m))
+        ax.set_ylabel({"kv_usage_max": "peak KV-cache usage (%)",
+                       "median_tpot_ms": "per-request inter-token latency (ms)"}.get(m, label(m)))
         ax.set_title({"output_throughput": "Throughput", "p99_ttft_ms": "P99 time to first token",
-                      "median_itl_ms": "Inter-token latency (median, dotted P99)",
+                      "median_tpot_ms": "Inter-token latency (median TPOT; dotted P99 ITL)",
                       "kv_usage_max": "Peak KV-cache usage"}[m])
         ax.grid(alpha=0.3, which="both")
         ax.legend(fontsize=7)

@@ -313,21 +313,30 @@ def run_points(points: list[Point], out: Path, executor, on_done=None) -> int:
     return ran
 
 
-def load_sweep(path: str | Path, overrides: Iterable[str] = ()) -> tuple[dict, list[Point]]:
+def read_raw(path: str | Path | dict) -> dict[str, Any]:
+    """A scenario mapping from a YAML file, or a copy of one given directly (notebooks)."""
+    return copy.deepcopy(path) if isinstance(path, dict) else read_yaml(path)
+
+
+def load_sweep(path: str | Path | dict, overrides: Iterable[str] = ()) -> tuple[dict, list[Point]]:
     from sim.config import parse_set_option
 
-    raw = read_yaml(path)
+    raw = read_raw(path)
     for option in overrides:
         key, value = parse_set_option(option)
         set_dotted(raw, key, value)
-    return raw, expand_points(raw, str(path))
+    return raw, expand_points(raw, _source(path))
 
 
-def run_sweep(path: str | Path, out: Path | None = None, overrides: Iterable[str] = (),
+def _source(path) -> str:
+    return "scenario" if isinstance(path, dict) else str(path)
+
+
+def run_sweep(path: str | Path | dict, out: Path | None = None, overrides: Iterable[str] = (),
               executor: str = "local", workers: int | None = None, address: str | None = None,
               on_done=None, plots: bool = True) -> SweepResult:
     raw, points = load_sweep(path, list(overrides))
-    sc: Scenario = validate(raw, str(path))
+    sc: Scenario = validate(raw, _source(path))
     out = Path(out) if out is not None else Path("results") / sc.name
     ex = make_executor(executor, workers, address)
     try:
