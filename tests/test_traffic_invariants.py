@@ -148,3 +148,20 @@ def test_cancelled_request_blocks_free_in_the_next_step():
     assert s["generation_cancelled"] == 1
     assert s["wasted_tokens_by_state"]["cancelled"] == big.computed_tokens > 2000
     assert 0 < s["wasted_gpu_seconds_by_state"]["cancelled"] == big.gpu_seconds
+
+
+def test_client_timers_bound_the_fast_path():
+    """Timers are SimPy events, so closed-form decode runs stop before them: the fast path and
+    step-by-step simulation give identical records with cancellations, expiry, retries and
+    background pausing."""
+    from sim.config import expand_variants, load_scenario
+
+    for name, variant in (("cancellation.yaml", "impatient_retry"),
+                          ("multi_tenant.yaml", "pause_background")):
+        path = f"scenarios/{name}"
+        _, raw = load_scenario(path, ["workload.duration_s=30"])
+        sc = expand_variants(raw, path)[variant]
+        fast = _run(sc)[1].frame()
+        exact = _run(sc.model_copy(update={"simulation": sc.simulation.model_copy(
+            update={"exact_steps": True})}))[1].frame()
+        assert fast.equals(exact), name
