@@ -209,8 +209,9 @@ class Simulation:
             if self.steps is not None:
                 self.steps.append(StepTrace(rep.index, start, dt, batch_kinds(plan)))
             total = plan.num_tokens
+            unit = int(dt / total * 1e9 + 0.5)  # a decode token's share (the fast path's too)
             for r, k in plan.entries:
-                r.gpu_ns += int(dt * k / total * 1e9 + 0.5)
+                r.gpu_ns += unit if k == 1 else int(dt * k / total * 1e9 + 0.5)
             rep.plan = plan
             yield env.timeout(dt)
             rep.plan = None

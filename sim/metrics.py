@@ -237,11 +237,10 @@ def traffic_summary(cols: dict[str, np.ndarray], *, duration: float, slos: dict,
     everything = np.ones(n, dtype=bool)
     met = slo_met(cols, slos)
     by_reason: dict[str, dict[str, int]] = {}
-    for s, r in zip(state.tolist(), reason.tolist(), strict=True):
-        if s == RequestState.FINISHED.value:
-            continue
-        inner = by_reason.setdefault(s, {})
-        inner[r or "-"] = inner.get(r or "-", 0) + 1
+    for i in np.flatnonzero(state != RequestState.FINISHED.value).tolist():
+        inner = by_reason.setdefault(str(state[i]), {})
+        r = str(reason[i]) or "-"
+        inner[r] = inner.get(r, 0) + 1
     values, counts = np.unique(state, return_counts=True) if n else ([], [])
     client = cols["client_id"]
     num_clients = int(len(np.unique(client)))
