@@ -16,6 +16,7 @@ from sim.config import Scenario
 from sim.core.plan import StepPlan
 from sim.core.request import Request, RequestState
 from sim.core.scheduler import Scheduler
+from sim.fastpath import DecodeRun, apply_decode_run, plan_decode_run, timeout_at
 from sim.metrics import LogHistogram, summarize
 from sim.records import RecordSink
 from sim.router import make_router
@@ -47,6 +48,7 @@ class Replica:
     batch_max: int = 0
     padding_tokens: int = 0
     plan: StepPlan | None = None  # the step running now (a cancellation counts its work)
+    next_sample: float = 0.0
     outstanding: int = 0
     routed: int = 0
     swap_seconds: float = 0.0  # host-link copy time added to steps (swap preemption)
@@ -107,7 +109,6 @@ class Simulation:
         # Classes (SLOs, weights) and client behaviour: sim.workload.clients; None when unused.
         self.clients = ClientBehaviour.build(self)
         self._swap_s_per_block = swap_seconds_per_block_of(scenario)
-        self._next_sample = 0.0
 
     # -- processes ------------------------------------------------------------------------
     def _arrivals(self):
@@ -172,7 +173,6 @@ class Simulation:
         self.router.observe(req, rep.index)
         return rep
 
-
     def submit(self, req: Request) -> None:
         rep = self.route(req)
         req.replica = rep.index
@@ -188,6 +188,9 @@ class Simulation:
         sched = rep.scheduler
         cost = self.cost
         blocks = sched.blocks
+        sim_cfg = self.sc.simulation
+        fast = not sim_cfg.exact_steps and self.steps is None
+        record_tokens = sim_cfg.record_token_times
         while True:
             plan = sched.schedule(env.now) if sched.has_work else None
             if plan is None or plan.is_empty:
@@ -196,6 +199,15 @@ class Simulation:
                 yield rep.wake
                 rep.wake = None
                 continue
+            if fast:
+                run = plan_decode_run(sched, plan, cost, env.now, env.peek(),
+                                      allow_finishes=self.clients is None)
+                if run is not None:
+                    yield timeout_at(env, run.ends[-1])
+                    apply_decode_run(sched, run, self.itl, record_tokens)
+                    self._account_run(rep, run)
+                    self._collect(rep)
+                    continue
             dt = cost.step_time(plan)
             if plan.swap_in_blocks or plan.swap_out_blocks:
                 swap_s = (plan.swap_in_blocks + plan.swap_out_blocks) * self._swap_s_per_block
@@ -234,21 +246,40 @@ class Simulation:
         now = start + dt
         gaps = rep.scheduler.itl_gaps
         if gaps:
-            for g in gaps:
-                self.itl.add(g)
+            self.itl.add_many(gaps)
             gaps.clear()
-        if now >= self._next_sample:
-            self._sample(now)
+        if now >= rep.next_sample:
+            sched = rep.scheduler
+            self._sample(rep, now, sched.blocks.usage, len(sched.running), sched.num_queued)
 
-    def _sample(self, now: float) -> None:
+    def _account_run(self, rep: Replica, run: DecodeRun) -> None:
+        """The bookkeeping of ``_account`` for each step of a fast-path decode run."""
+        num_blocks = rep.scheduler.blocks.num_blocks
+        num_waiting = rep.scheduler.num_queued
+        for dt, end, size, during, after, running in zip(
+                run.durations, run.ends, run.batch, run.usage_during, run.usage_after,
+                run.running_after, strict=True):
+            usage = during / num_blocks
+            rep.busy_time += dt
+            rep.kv_usage_integral += usage * dt
+            if usage > rep.kv_usage_max:
+                rep.kv_usage_max = usage
+            rep.batch_integral += size * dt
+            if end >= rep.next_sample:
+                self._sample(rep, end, after / num_blocks, running, num_waiting)
+        rep.steps += run.steps
+        if run.batch[0] > rep.batch_max:
+            rep.batch_max = run.batch[0]
+
+    def _sample(self, rep: Replica, now: float, usage: float, running: int, waiting: int) -> None:
+        """One time-series point of this replica, taken at its first step end in each interval."""
         interval = self.sc.simulation.timeseries_interval_s
-        for rep in self.replicas:
-            self.ts.time.append(now)
-            self.ts.replica.append(rep.index)
-            self.ts.kv_usage.append(rep.scheduler.blocks.usage)
-            self.ts.running.append(len(rep.scheduler.running))
-            self.ts.waiting.append(rep.scheduler.num_queued)
-        self._next_sample = (now // interval + 1) * interval
+        self.ts.time.append(now)
+        self.ts.replica.append(rep.index)
+        self.ts.kv_usage.append(usage)
+        self.ts.running.append(running)
+        self.ts.waiting.append(waiting)
+        rep.next_sample = (now // interval + 1) * interval
 
     def _collect(self, rep: Replica) -> None:
         done = rep.scheduler.drain_finished()

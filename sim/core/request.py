@@ -39,7 +39,7 @@ class Request:
         "ttft_slo", "deadline", "hash_ids", "session", "attempt", "client_id",
         "state", "reason", "num_computed_tokens", "num_output_tokens", "block_table",
         "first_scheduled", "first_token_time", "last_token_time", "finish_time",
-        "token_times", "itl_sum", "itl_max", "num_preemptions", "held", "num_cached_tokens",
+        "token_times", "itl_max", "num_preemptions", "held", "num_cached_tokens",
         "computed_tokens_total", "reserved_tokens", "replica", "extra", "gpu_ns",
     )
 
@@ -84,7 +84,6 @@ class Request:
         self.last_token_time: float | None = None
         self.finish_time: float | None = None
         self.token_times: list[float] | None = [] if record_token_times else None
-        self.itl_sum = 0.0
         self.itl_max = 0.0
         self.num_preemptions = 0
         # Static batching keeps a finished member in its batch (as padding) until the batch ends.
@@ -129,7 +128,6 @@ class Request:
             self.first_token_time = now
         else:
             gap = now - self.last_token_time
-            self.itl_sum += gap
             if gap > self.itl_max:
                 self.itl_max = gap
         self.last_token_time = now

@@ -123,6 +123,8 @@ class Scheduler:
         caps = policy.caps_tokens
 
         running = self.running
+        entries = plan.entries
+        block_size = blocks.block_size
         i = 0
         while i < len(running) and budget > 0:
             req = running[i]
@@ -131,7 +133,18 @@ class Scheduler:
                 budget -= 1
                 i += 1
                 continue
-            n = req.num_tokens - req.num_computed_tokens
+            computed = req.num_computed_tokens
+            n = req.prompt_len + req.num_output_tokens - computed
+            if n == 1 and req.num_output_tokens and len(req.block_table) * block_size > computed:
+                # The common case, a decode whose last block has room: no allocation, no
+                # preemption check, so take it without the general path's calls.
+                entries.append((req, 1))
+                plan.decode_seqs += 1
+                plan.decode_ctx_sum += computed + 1
+                policy.on_scheduled(req, 1, now)
+                budget -= 1
+                i += 1
+                continue
             if n > 1:
                 if threshold and n > threshold:
                     n = threshold
@@ -231,6 +244,7 @@ class Scheduler:
         """
         hold = self.policy.holds_finished
         caching = self._caching
+        itl_gaps = self.itl_gaps
         any_done = False
         for req, n in plan.entries:
             if req.state != RequestState.RUNNING or req.held:
@@ -241,9 +255,17 @@ class Scheduler:
                 self.blocks.cache_blocks(req)
             if req.num_computed_tokens >= req.prompt_len + req.num_output_tokens:
                 req.num_output_tokens += 1
-                gap = req.record_token(now)
-                if gap >= 0.0:
-                    self.itl_gaps.append(gap)
+                last = req.last_token_time
+                if last is None:
+                    req.record_token(now)
+                else:  # Request.record_token inlined: this runs for every token of a run
+                    gap = now - last
+                    itl_gaps.append(gap)
+                    if gap > req.itl_max:
+                        req.itl_max = gap
+                    req.last_token_time = now
+                    if req.token_times is not None:
+                        req.token_times.append(now)
                 if req.num_output_tokens >= req.max_tokens:
                     if hold:
                         req.held = True
@@ -303,7 +325,6 @@ class Scheduler:
         mark = req.extra.get("recompute_to", 0) if req.extra is not None else 0
         if mark > start:
             plan.recompute_tokens += min(mark, start + n) - start
-
 
     def _terminate(self, req: Request, state: RequestState, now: float, reason: str) -> None:
         self.blocks.free(req)

@@ -86,6 +86,10 @@ MODELS: dict[str, ModelSpec] = {
         intermediate_size=128, vocab_size=256, max_model_len=2048, rope_theta=10000.0,
         dtype_bytes=4,
     ),
+    "llama2-7b": ModelSpec(
+        "llama2-7b", num_layers=32, hidden_size=4096, num_heads=32, num_kv_heads=32,
+        intermediate_size=11008, vocab_size=32000, max_model_len=4096, rope_theta=10000.0,
+    ),
     "llama3-8b": ModelSpec(
         "llama3-8b", num_layers=32, hidden_size=4096, num_heads=32, num_kv_heads=8,
         intermediate_size=14336, vocab_size=128256, max_model_len=8192, rope_theta=500000.0,

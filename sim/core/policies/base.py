@@ -47,6 +47,12 @@ class Policy:
     admits_continuously: ClassVar[bool] = True
     # Finished requests stay in the batch as padding until the whole batch is done.
     holds_finished: ClassVar[bool] = False
+    # The waiting order never changes while time passes (no aging, no deadlines): lets the
+    # simulator's fast path know that a blocked queue head stays blocked during a decode run.
+    fixed_order: ClassVar[bool] = True
+    # The simulator may advance runs of pure decode steps in closed form (sim/fastpath.py);
+    # a policy whose decisions depend on each decode step's timing sets this False.
+    supports_decode_runs: ClassVar[bool] = True
 
     # Calls cap_tokens(req, n) on each prefill chunk (per-class token budgets).
     caps_tokens: ClassVar[bool] = False
@@ -116,12 +122,20 @@ class Policy:
         (only called when ``caps_tokens``); 0 skips it this step."""
         return num_new
 
-
     def form_batch(self, sched: Scheduler, now: float) -> None:
         """Hook run before each step; static batching forms its next batch here."""
 
     def on_scheduled(self, req: Request, num_new: int, now: float) -> None:
         """Hook after a request gets ``num_new`` positions this step (fair-share counters)."""
+
+    def on_decode_run(self, reqs: list[Request], steps: list[int], now: float) -> None:
+        """Decode steps done at once by the simulator's fast path: ``reqs[i]`` decoded
+        ``steps[i]`` tokens. By default the same as that many ``on_scheduled`` calls
+        (skipped when the policy does not use them)."""
+        if type(self).on_scheduled is not Policy.on_scheduled:
+            for req, count in zip(reqs, steps, strict=True):
+                for _ in range(count):
+                    self.on_scheduled(req, 1, now)
 
     def on_finished(self, req: Request, now: float) -> None:
         """Hook when a request leaves the scheduler for any terminal state."""

@@ -23,6 +23,7 @@ class StaticPolicy(Policy):
     reserve = "conservative"
     admits_continuously = False
     holds_finished = True
+    supports_decode_runs = False  # padding members make every step of a batch distinct
 
     def form_batch(self, sched: Scheduler, now: float) -> None:
         if sched.running:
