@@ -213,7 +213,8 @@ def format_validation_error(exc: ValidationError, source: str) -> str:
         return f"{source}: unknown key '{where}'{hint}"
     value = err.get("input")
     shown = "" if isinstance(value, dict | list) or value is None else f" (got {value!r})"
-    return f"{source}: {where}: {err['msg']}{shown}"
+    msg = err["msg"].removeprefix("Value error, ")
+    return f"{source}: {where}: {msg}{shown}"
 
 
 # -- loading --------------------------------------------------------------------------------
