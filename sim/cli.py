@@ -29,8 +29,17 @@ def fail(message: str) -> None:
 
 
 def summary_table(title: str, summaries: dict[str, dict]) -> Table:
-    from sim.run import SUMMARY_COLUMNS, TRAFFIC_COLUMNS, fmt
+    from sim.run import COMPARISON_COLUMNS, SUMMARY_COLUMNS, TRAFFIC_COLUMNS, fmt
 
+    if len(summaries) > 4:
+        # Many variants (a policy sweep): variants down, a compact set of metrics across.
+        table = Table(title=title)
+        table.add_column("variant")
+        for _, label, _ in COMPARISON_COLUMNS:
+            table.add_column(label, justify="right")
+        for name, s in summaries.items():
+            table.add_row(name, *(fmt(s.get(key), pattern) for key, _, pattern in COMPARISON_COLUMNS))
+        return table
     # Metrics down, variants across: stays readable in an 80-column terminal.
     table = Table(title=title)
     table.add_column("metric")
@@ -42,6 +51,11 @@ def summary_table(title: str, summaries: dict[str, dict]) -> Table:
                   for s in summaries.values())
     for key, label, pattern in TRAFFIC_COLUMNS if traffic else ():
         table.add_row(label, *(fmt(s.get(key), pattern) for s in summaries.values()))
+    tenants = sorted(set().union(*((s.get("per_tenant") or {}) for s in summaries.values())))
+    for tenant in tenants if len(tenants) > 1 else ():
+        table.add_row(f"TTFT p99 ms {tenant}", *(
+            fmt(((s.get("per_tenant") or {}).get(tenant) or {}).get("p99_ttft_ms"), "{:.0f}")
+            for s in summaries.values()))
     return table
 
 
@@ -62,7 +76,9 @@ def run(
             sc, results, out_dir, plots = run_scenario(scenario, out, set_ or [], done)
     except InputError as exc:
         fail(str(exc))
-    console.print(summary_table(sc.name, {k: r.summary for k, r in results.items()}))
+    table = summary_table(sc.name, {k: r.summary for k, r in results.items()})
+    # A sweep's wide table is not squeezed into 80 columns when the output is a file or pipe.
+    (console if console.is_terminal or len(results) <= 4 else Console(width=150)).print(table)
     console.print(f"results in {out_dir}/ (summary.json, requests.parquet); plots: "
                   + ", ".join(p.name for p in plots))
 

@@ -100,7 +100,9 @@ def evaluate_slo(cols: dict[str, np.ndarray], summary: dict[str, Any], slo: SLOC
         f"{' & '.join(parts) or 'finished'} for >={slo.attainment:.0%} of requests",
         attainment, slo.attainment, attainment >= slo.attainment,
         slo.attainment / attainment if attainment > 0 else math.inf,
-        f"{worst[0]}: {worst[1]:.0%} of requests (needs {slo.attainment:.0%})",
+        (f"{worst[0]}: {worst[1]:.1%} of requests (needs {slo.attainment:.0%})"
+         if worst[1] < slo.attainment or len(parts) < 2 else
+         f"{' & '.join(parts)}: {attainment:.1%} of requests (needs {slo.attainment:.0%})"),
     )]
     for field_name, label in PERCENTILE:
         limit = getattr(slo, field_name)

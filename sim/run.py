@@ -78,6 +78,12 @@ def write_plots(results: dict[str, SimResult], out: Path) -> list[Path]:
     if len(results) > 1:
         paths.append(plot_comparison({k: r.summary for k, r in results.items()},
                                      out / "comparison.png"))
+    if len(results) > 4 or (len(results) > 1 and any(
+            len(r.summary.get("per_tenant") or {}) > 1 for r in results.values())):
+        from sim.plots_policy import plot_policy_comparison
+
+        paths.append(plot_policy_comparison({k: r.summary for k, r in results.items()},
+                                            out / "policy_comparison.png"))
     return paths
 
 

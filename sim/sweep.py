@@ -201,7 +201,9 @@ class RayExecutor:
                 ray.init(num_cpus=workers, runtime_env=runtime_env, include_dashboard=False,
                          log_to_driver=False, configure_logging=False)
             else:
-                runtime_env = {"py_modules": [str(Path(__file__).resolve().parent)]}
+                # Ship this checkout's packages to the cluster's workers (the simulator and the
+                # cost profiles it loads), so the cluster needs only the dependencies installed.
+                runtime_env = {"py_modules": [str(Path(root) / "sim"), str(Path(root) / "profiles")]}
                 try:
                     ray.init(address=address, runtime_env=runtime_env, log_to_driver=False)
                 except ConnectionError as exc:

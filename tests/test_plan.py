@@ -117,3 +117,23 @@ def test_plan_needs_a_plan_block(tmp_path):
         run_plan(p, tmp_path)
     res = CliRunner().invoke(app, ["plan", str(p)])
     assert res.exit_code == 2 and "plan:" in res.output
+
+
+def test_candidates_span_hardware_policy_and_knobs():
+    from sim.config import PlanConfig
+    from sim.plan import _at_rate, candidates
+
+    data = {"workload": {"duration_s": 10, "arrival": {"kind": "poisson", "rate": 3}},
+            "cluster": {"replicas": 4}}
+    plan = PlanConfig(hardware=["h200", "l40s"], policy=["static", "continuous"],
+                      max_num_seqs=[8, 16], max_num_batched_tokens=[2048])
+    cands = candidates(data, plan, "t")
+    assert len(cands) == 8
+    assert {(c.hardware, c.policy, c.max_num_seqs) for c in cands} == {
+        (h, p, m) for h in ("h200", "l40s") for p in ("static", "continuous") for m in (8, 16)}
+    for c in cands:
+        assert c.data["cluster"]["replicas"] == 1 and c.data["hardware"] == c.hardware
+        assert c.data["engine"]["max_num_batched_tokens"] == 2048
+    probe = _at_rate(cands[0].data, 7.5, replicas=3)
+    assert probe["workload"]["arrival"]["rate"] == 7.5 and probe["cluster"]["replicas"] == 3
+    assert data["cluster"]["replicas"] == 4  # the caller's mapping is never modified

@@ -150,3 +150,28 @@ def test_seeded_heavy_storms_swap_and_recompute_many_times():
         totals["refused"] += sched.swap.refused if sched.swap else 0
         totals["recompute"] += sched.num_recompute_preemptions
     assert totals["swap"] > 50 and totals["recompute"] > 50 and totals["refused"] > 0
+
+
+def test_fast_path_matches_exact_steps_with_swap_and_prefix_caching():
+    from tests.policy_workloads import table
+
+    rng = np.random.default_rng(12)
+    t = poisson(rng, 20.0, 0, 6)
+    rows = [(a, int(p), int(o), "t", "x") for a, p, o in
+            zip(t, rng.integers(100, 1500, len(t)), rng.integers(20, 400, len(t)), strict=True)]
+    tbl = table(rows)
+    tbl.hash_ids = [tuple(int(x) for x in rng.integers(0, 3, 3)) for _ in rows]
+    engine = {"max_num_seqs": 32, "num_gpu_blocks_override": 500, "preemption_mode": "swap",
+              "enable_prefix_caching": True, "prefix_block_tokens": 512}
+    from sim.engine import Simulation
+
+    out = []
+    for exact in (False, True):
+        sc = validate({"engine": engine, "workload": {"num_requests": 1},
+                       "simulation": {"exact_steps": exact, "record_token_times": True}}, "t")
+        out.append(Simulation(sc, tbl).run())
+    fast, exact = out
+    assert exact.summary["preemptions_swap"] > 0 and exact.summary["prefix_cache_hit_tokens"] > 0
+    assert fast.frame().equals(exact.frame())
+    for key in ("swap_seconds", "prefix_cache_hit_rate", "preemptions", "steps"):
+        assert fast.summary[key] == exact.summary[key], key

@@ -3,14 +3,14 @@
 
 Each tenant has a counter of the service it received, ``input_weight`` per prompt (prefill)
 position and ``output_weight`` per generated (decode) position, divided by the tenant's
-weight (``weights: {tenant: w}``, default 1). The next request admitted is the oldest one of
-the backlogged tenant with the smallest counter, so a tenant that floods the server only gets
-what the others leave. When a tenant with nothing queued sends a request again its counter is
-lifted to the smallest counter among the tenants being served (backlogged or running), so it
-cannot bank service while idle; it never goes down. VTC's bound: two tenants that stay
-backlogged differ in counter by at most about ``2 * max(input_weight * max_prompt_chunk,
-output_weight * max_running_decodes)``. When blocks run out, the latest admitted request of the
-tenant with the largest counter is preempted.
+weight (``weights: {tenant: w}``, else the request's class ``weight``, else 1). The next
+request admitted is the oldest one of the backlogged tenant with the smallest counter, so a
+tenant that floods the server only gets what the others leave. When a tenant with nothing
+queued sends a request again its counter is lifted to the smallest counter among the tenants
+being served (backlogged or running), so it cannot bank service while idle; it never goes down.
+VTC's bound: two tenants that stay backlogged differ in counter by at most about
+``2 * max(input_weight * max_prompt_chunk, output_weight * max_running_decodes)``. When blocks
+run out, the latest admitted request of the tenant with the largest counter is preempted.
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ class FairParams(PolicyParams):
 @register_policy("fair")
 class FairPolicy(Policy):
     Params = FairParams
+    fixed_order = False  # counters grow with every decode step, so the head can change
 
     def __init__(self, params: PolicyParams | None = None) -> None:
         super().__init__(params)
@@ -113,7 +114,9 @@ class FairPolicy(Policy):
     # -- decisions ------------------------------------------------------------------------
     def on_scheduled(self, req: Request, num_new: int, now: float) -> None:
         p = self.params
-        w = p.weights.get(req.tenant, 1.0)
+        w = p.weights.get(req.tenant)
+        if w is None:  # the request's class weight (workload.classes[*].weight), else 1
+            w = req.extra.get("weight", 1.0) if req.extra is not None else 1.0
         prompt = max(0, min(num_new, req.prompt_len - req.num_computed_tokens))
         cost = p.input_weight * prompt + p.output_weight * (num_new - prompt)
         self.counters[req.tenant] += cost / w
