@@ -45,6 +45,18 @@ AZURE_CONV_HOUR = {
     "workload": {"trace": {"path": "azure_conv"}},
 }
 
+# Issue #2's yardstick: 20,000 Poisson requests shaped like the Azure 2023 conversation trace
+# (5.53 req/s; input median 1,020 / mean 1,155; output median 129 / mean 211).
+AZURE_SHAPED_20K = {
+    "name": "azure_shaped_20k", "seed": 2, "model": "llama3-8b", "hardware": "h200",
+    "engine": {"max_num_seqs": 256, "max_num_batched_tokens": 8192},
+    "workload": {"num_requests": 20_000, "arrival": {"kind": "poisson", "rate": 5.53},
+                 "prompt_len": {"kind": "lognormal", "median": 1020, "sigma": 0.55, "min": 2,
+                                "max": 8000},
+                 "output_len": {"kind": "lognormal", "median": 129, "sigma": 1.0, "min": 1,
+                                "max": 1000}},
+}
+
 _MIX = {
     "prompt_len": {"kind": "lognormal", "median": 1020, "sigma": 0.9, "min": 2, "max": 7000},
     "output_len": {"kind": "lognormal", "median": 129, "sigma": 1.0, "min": 1, "max": 1000},
@@ -68,7 +80,8 @@ DAY_1M = {
                                 "max": 1000}},
 }
 
-WORKLOADS = {w["name"]: w for w in (VIDUR_WORKLOAD, AZURE_CONV_HOUR, SYNTHETIC_100K, DAY_1M)}
+WORKLOADS = {w["name"]: w for w in (VIDUR_WORKLOAD, AZURE_SHAPED_20K, AZURE_CONV_HOUR,
+                                     SYNTHETIC_100K, DAY_1M)}
 
 
 def run_one(name: str) -> dict:

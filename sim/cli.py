@@ -68,12 +68,19 @@ def run(
     """Simulate SCENARIO (every variant), print a summary table, write results and plots."""
     from sim.run import run_scenario
 
-    try:
-        with console.status("simulating...") as status:
-            def done(name, res):
-                status.update(f"simulated {name}: {res.summary['completed']} requests finished")
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-            sc, results, out_dir, plots = run_scenario(scenario, out, set_ or [], done)
+    try:
+        with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                      TimeElapsedColumn(), console=err_console, transient=True) as bar:
+            tasks: dict[str, int] = {}
+
+            def progress(name: str, arrived: int, total: int) -> None:
+                if name not in tasks:
+                    tasks[name] = bar.add_task(f"simulating {name}", total=total)
+                bar.update(tasks[name], completed=arrived)
+
+            sc, results, out_dir, plots = run_scenario(scenario, out, set_ or [], None, progress)
     except InputError as exc:
         fail(str(exc))
     table = summary_table(sc.name, {k: r.summary for k, r in results.items()})
@@ -81,6 +88,7 @@ def run(
     (console if console.is_terminal or len(results) <= 4 else Console(width=150)).print(table)
     console.print(f"results in {out_dir}/ (summary.json, requests.parquet); plots: "
                   + ", ".join(p.name for p in plots))
+
 
 
 @app.command()

@@ -92,10 +92,16 @@ def batch_kinds(plan: StepPlan) -> list[tuple[int, int, str]]:
     return out
 
 
+PROGRESS_EVERY = 2000
+
+
 class Simulation:
-    def __init__(self, scenario: Scenario, table: RequestTable, num_replicas: int | None = None) -> None:
+    def __init__(self, scenario: Scenario, table: RequestTable, num_replicas: int | None = None,
+                 progress=None) -> None:
         self.sc = scenario
         self.table = table
+        # progress(arrived, total), called every PROGRESS_EVERY arrivals (a progress bar).
+        self.progress = progress
         self.env = simpy.Environment()
         self.cost = build_cost_model(scenario)
         if num_replicas is None:
@@ -120,7 +126,11 @@ class Simulation:
         prio = t.priority
         hashes = t.hash_ids
         session = t.session
-        for i in range(len(t)):
+        progress = self.progress
+        total = len(t)
+        for i in range(total):
+            if progress is not None and i % PROGRESS_EVERY == 0:
+                progress(i, total)
             at = float(t.arrival[i])
             if at > env.now:
                 yield env.timeout(at - env.now)
@@ -419,10 +429,13 @@ def replica_stats(replicas: list[Replica], cols: dict, span: float, router: str)
     return out
 
 
-def simulate(scenario: Scenario, table: RequestTable | None = None) -> SimResult:
+def simulate(scenario: Scenario, table: RequestTable | None = None, progress=None) -> SimResult:
     from sim.workload.spec import build_workload
 
     if table is None:
         table = build_workload(scenario.workload, scenario.seed)
-    return Simulation(scenario, table).run()
+    result = Simulation(scenario, table, progress=progress).run()
+    if progress is not None:
+        progress(len(table), len(table))
+    return result
 

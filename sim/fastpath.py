@@ -82,6 +82,10 @@ def plan_decode_run(sched: Scheduler, plan: StepPlan, cost, now: float, next_eve
             or plan.swap_out_blocks or not sched.policy.supports_decode_runs:
         return None
     batch = plan.decode_seqs
+    # Cheap exit before any O(batch) work: two steps must fit before the next event (decode
+    # steps only grow while the batch is constant; returning None is always safe).
+    if now + 2.0 * cost.step_time(plan) >= next_event:
+        return None
     if batch != len(sched.running) or not _admission_frozen(sched, batch):
         return None
     if getattr(sched, "_caching", False):

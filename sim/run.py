@@ -84,13 +84,22 @@ def write_plots(results: dict[str, SimResult], out: Path) -> list[Path]:
 
         paths.append(plot_policy_comparison({k: r.summary for k, r in results.items()},
                                             out / "policy_comparison.png"))
+    clusters = {k: r.summary for k, r in results.items() if r.summary.get("per_replica")}
+    if clusters:
+        from sim.plots_batching import plot_replicas
+
+        paths.append(plot_replicas(clusters, out / "replicas")[0])
     return paths
 
 
-def run_variants(variants: dict[str, Scenario], out: Path, on_done=None) -> dict[str, SimResult]:
+def run_variants(variants: dict[str, Scenario], out: Path, on_done=None,
+                 on_progress=None) -> dict[str, SimResult]:
+    """Simulate each variant; ``on_progress(name, arrived, total)`` drives a progress bar."""
     results: dict[str, SimResult] = {}
     for name, sc in variants.items():
-        res = simulate(sc)
+        progress = None if on_progress is None else (
+            lambda done, total, name=name: on_progress(name, done, total))
+        res = simulate(sc, progress=progress)
         results[name] = res
         write_result(res, out / name if len(variants) > 1 else out)
         if on_done:
@@ -101,10 +110,11 @@ def run_variants(variants: dict[str, Scenario], out: Path, on_done=None) -> dict
     return results
 
 
-def run_scenario(path: str, out: Path | None, overrides: list[str], on_done=None):
+def run_scenario(path: str, out: Path | None, overrides: list[str], on_done=None,
+                 on_progress=None):
     scenario, raw = load_scenario(path, overrides)
     variants = expand_variants(raw, path)
     out = out or Path("results") / scenario.name
-    results = run_variants(variants, out, on_done)
+    results = run_variants(variants, out, on_done, on_progress)
     plots = write_plots(results, out)
     return scenario, results, out, plots
