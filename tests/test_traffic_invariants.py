@@ -6,7 +6,7 @@ from hypothesis import strategies as st
 from sim.config import validate
 from sim.core.admission import AdmissionConfig, AdmissionController
 from sim.core.blocks import BlockManager
-from sim.core.policies import make_policy
+from sim.core.policies import POLICIES, make_policy
 from sim.core.request import TERMINAL_STATES, Request, RequestState
 from sim.core.scheduler import Scheduler, SchedulerConfig
 from sim.engine import Simulation
@@ -18,7 +18,8 @@ def _run(sc):
     return sim, sim.run()
 
 
-def _traffic(seed, patience, disconnect_p, expiry, queue_len, max_attempts, blocks, policy):
+def _traffic(seed, patience, disconnect_p, expiry, queue_len, max_attempts, blocks, policy,
+             pause=None, tenant_cap=None):
     clients = {"retry": {"when": ["429", "timeout"], "max_attempts": max_attempts,
                          "backoff_s": 0.2, "jitter": 1.0}}
     if patience is not None:
@@ -32,14 +33,20 @@ def _traffic(seed, patience, disconnect_p, expiry, queue_len, max_attempts, bloc
         "engine": {"num_gpu_blocks_override": blocks, "max_num_seqs": 8, "block_size": 16},
         "workload": {"num_requests": 40, "arrival": {"kind": "poisson", "rate": 40},
                      "prompt_len": {"kind": "uniform", "min": 10, "max": 600},
-                     "output_len": {"kind": "uniform", "min": 1, "max": 200}},
+                     "output_len": {"kind": "uniform", "min": 1, "max": 200},
+                     "classes": [{"name": "chat", "share": 0.6, "tenant": "a"},
+                                 {"name": "batch", "share": 0.4, "tenant": "b", "background": True,
+                                  "priority": 1}]},
         "clients": clients,
-        "admission": {"request_expiry_s": expiry, "max_queue_len": queue_len},
+        "admission": {"request_expiry_s": expiry, "max_queue_len": queue_len,
+                      "max_concurrent_per_tenant": tenant_cap,
+                      "background": None if pause is None else {
+                          "pause_waiting_over": pause, "max_active": pause}},
         "simulation": {"exact_steps": seed % 2 == 0},
     }, "hypothesis")
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(seed=st.integers(0, 10_000),
        patience=st.one_of(st.none(), st.floats(0.05, 3)),
        disconnect_p=st.sampled_from([0.0, 0.2, 1.0]),
@@ -47,10 +54,14 @@ def _traffic(seed, patience, disconnect_p, expiry, queue_len, max_attempts, bloc
        queue_len=st.one_of(st.none(), st.integers(0, 12)),
        max_attempts=st.integers(1, 4),
        blocks=st.integers(40, 200),
-       policy=st.sampled_from(["continuous", "orca", "static"]))
+       policy=st.sampled_from(sorted(POLICIES)),
+       pause=st.one_of(st.none(), st.integers(1, 6)),
+       tenant_cap=st.one_of(st.none(), st.integers(1, 10)))
 def test_every_attempt_ends_once_no_leaks_same_seed_same_run(seed, patience, disconnect_p, expiry,
-                                                             queue_len, max_attempts, blocks, policy):
-    sc = _traffic(seed, patience, disconnect_p, expiry, queue_len, max_attempts, blocks, policy)
+                                                             queue_len, max_attempts, blocks, policy,
+                                                             pause, tenant_cap):
+    sc = _traffic(seed, patience, disconnect_p, expiry, queue_len, max_attempts, blocks, policy,
+                  pause, tenant_cap)
     sim, res = _run(sc)
     frame = res.frame()
     # One record per attempt: the 40 first attempts and every retry, each id once.
@@ -68,7 +79,9 @@ def test_every_attempt_ends_once_no_leaks_same_seed_same_run(seed, patience, dis
         sched = rep.scheduler
         assert sched.blocks.num_free == sched.blocks.num_blocks
         assert not sched.running and not sched.has_work
-        assert not sched.admission.in_flight and not any(sched.admission.in_flight_by_tenant.values())
+        adm = sched.admission
+        assert not adm.in_flight and not any(adm.in_flight_by_tenant.values())
+        assert not adm.parked and not adm.active_background
     # Wasted work: exactly the GPU time of attempts that did not finish plus recomputes.
     s = res.summary
     assert s["wasted_gpu_seconds"] <= s["gpu_seconds"] + 1e-9
