@@ -341,22 +341,31 @@ def run_sweep(path: str | Path | dict, out: Path | None = None, overrides: Itera
     sc: Scenario = validate(raw, _source(path))
     out = Path(out) if out is not None else Path("results") / sc.name
     ex = make_executor(executor, workers, address)
+    ran = 0
     try:
         ran = run_points(points, out, ex, on_done)
     finally:
         ex.close()
-    frame = combine(out / "sweep" / "points", points)
+        # Also when stopped (Ctrl-C, an error): the table then holds the points finished so far.
+        frame = write_table(out, points)
     result = SweepResult(frame, out, ran, points)
-    result.table_path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = result.table_path.with_suffix(".tmp")
-    frame.to_parquet(tmp, index=False)
-    os.replace(tmp, result.table_path)
     if plots:
         from sim.plots_sweep import plot_sweep
 
         slo = sc.plan.slo if sc.plan is not None else None
         result.plots = plot_sweep(frame, param_names(points), out / "sweep", slo)
     return result
+
+
+def write_table(out: Path, points: list[Point]):
+    """Combine the finished points' parts into ``out/sweep/results.parquet`` (atomically)."""
+    frame = combine(out / "sweep" / "points", points)
+    path = out / "sweep" / "results.parquet"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    frame.to_parquet(tmp, index=False)
+    os.replace(tmp, path)
+    return frame
 
 
 def param_names(points: list[Point]) -> list[str]:

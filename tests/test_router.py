@@ -117,3 +117,20 @@ def test_cluster_block_and_default_replicas():
     assert len(sim.replicas) == 2 and sim.router.name == "round_robin"
     with pytest.raises(InputError, match="cluster.router"):
         scenario(cluster={"replicas": 2, "router": "fastest"})
+
+
+def test_prefix_aware_reads_the_replicas_prefix_caches():
+    from sim.config import validate
+
+    base = {"engine": {"max_num_seqs": 32, "enable_prefix_caching": True},
+            "workload": {"trace": {"path": "mooncake_conversation", "limit": 300, "target_rate": 8,
+                                   "max_prompt_len": 7000, "max_output_len": 200}}}
+    hit = {}
+    for router in ("round_robin", "prefix_aware"):
+        data = dict(base, cluster={"replicas": 4, "router": router})
+        try:
+            res = simulate(validate(data, "t"))
+        except InputError as exc:
+            pytest.skip(f"trace not available: {exc}")
+        hit[router] = res.summary["prefix_cache_hit_rate"]
+    assert hit["prefix_aware"] > 1.3 * hit["round_robin"]

@@ -99,6 +99,8 @@ def test_interrupted_sweep_resumes_to_the_same_table(tmp_path):
     with pytest.raises(Stop):
         run_sweep(path, tmp_path / "cut", workers=1, on_done=stop_after_three, plots=False)
     assert len(list((tmp_path / "cut/sweep/points").glob("*.parquet"))) == 3
+    # The table written on the way out holds the three finished points.
+    assert len(pd.read_parquet(tmp_path / "cut/sweep/results.parquet")) == 3
     again = run_sweep(path, tmp_path / "cut", workers=2, plots=False)
     assert again.ran == 5
     pd.testing.assert_frame_equal(again.frame, full.frame)
