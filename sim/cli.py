@@ -130,7 +130,8 @@ def sweep(
     for _, row in res.frame.iterrows():
         table.add_row(*(str(row.get(p)) for p in params),
                       *(fmt(row.get(k), pat) for k, _, pat in metrics))
-    console.print(table)
+    # Not squeezed into 80 columns when the output is a file or a pipe.
+    (console if console.is_terminal else Console(width=160)).print(table)
     console.print(f"table: {res.table_path}; plots: " + ", ".join(p.name for p in res.plots),
                   soft_wrap=True)
 
@@ -168,7 +169,7 @@ def plan(
             cells.append("-" if v is None or v != v else (f"{v:.2f}" if isinstance(v, float) else str(v)))
         style = "bold green" if row["recommended"] else None
         table.add_row(*cells, style=style)
-    console.print(table)
+    (console if console.is_terminal else Console(width=160)).print(table)
     for line in res.why():
         console.print(f"- {line}", highlight=False, soft_wrap=True)
     if res.recommended is not None:
