@@ -210,8 +210,7 @@ class Simulation:
                 rep.wake = None
                 continue
             if fast:
-                run = plan_decode_run(sched, plan, cost, env.now, env.peek(),
-                                      allow_finishes=self.clients is None)
+                run = plan_decode_run(sched, plan, cost, env.now, env.peek())
                 if run is not None:
                     yield timeout_at(env, run.ends[-1])
                     apply_decode_run(sched, run, self.itl, record_tokens)

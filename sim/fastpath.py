@@ -10,8 +10,8 @@ the clock advances by the same float additions SimPy would make.
 A run of ``n`` steps, starting from an already scheduled pure-decode plan, is taken only when:
   * nobody could be admitted during it: the queue is empty, or the batch is full, or the queue
     head cannot get blocks (they only get scarcer), and the policy's order does not change
-    with time. Requests may finish inside a run only when the queue is empty and nothing
-    reacts to a finish (no client behaviour), since a finish frees a slot and blocks;
+    with time. Requests may finish inside a run only when the queue is empty, since a finish
+    frees a slot and blocks (clients react only to refusals and timeouts, never to a finish);
   * the KV blocks the run allocates are free at its start, so no step could preempt;
   * it ends strictly before the next event in the SimPy queue (an arrival, a client timer, the
     horizon, another replica's step), so nothing can observe the state mid-run.
@@ -76,7 +76,7 @@ def _admission_frozen(sched: Scheduler, batch: int) -> bool:
 
 
 def plan_decode_run(sched: Scheduler, plan: StepPlan, cost, now: float, next_event: float,
-                    allow_finishes: bool = True) -> DecodeRun | None:
+                    ) -> DecodeRun | None:
     """The longest safe run starting with ``plan`` (already scheduled), or None."""
     if plan.prefill_seqs or plan.padding_seqs or plan.preempted or plan.swap_in_blocks \
             or plan.swap_out_blocks or not sched.policy.supports_decode_runs:
@@ -96,7 +96,7 @@ def plan_decode_run(sched: Scheduler, plan: StepPlan, cost, now: float, next_eve
 
     reqs = sorted((r for r, _ in plan.entries), key=lambda r: r.max_tokens - r.num_output_tokens)
     remaining = [r.max_tokens - r.num_output_tokens for r in reqs]
-    if allow_finishes and sched.num_waiting == 0:
+    if sched.num_waiting == 0:
         limit = remaining[-1]
     else:
         limit = remaining[0] - 1  # stop before anyone finishes: a finish changes admission
