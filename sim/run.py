@@ -75,6 +75,10 @@ def write_plots(results: dict[str, SimResult], out: Path) -> list[Path]:
              plot_timeseries(results, out / "timeseries.png")]
     if any(r.steps for r in results.values()):
         paths.append(plot_slot_timelines(results, out / "slot_timeline.png"))
+        from sim.animation import write_animation
+
+        paths.append(write_animation(results, out / "slot_animation.html",
+                                     f"{next(iter(results.values())).scenario.name}: batch slots"))
     if len(results) > 1:
         paths.append(plot_comparison({k: r.summary for k, r in results.items()},
                                      out / "comparison.png"))
