@@ -186,6 +186,7 @@ class Candidate:
     fewer_replicas: int | None = None  # one step down the replica list, confirmed to fail
     fewer_row: dict | None = field(default=None, repr=False)
     note: str = ""
+    fleet_max_rate: float | None = None  # highest rate the confirmed fleet meets the SLOs at
 
     @property
     def label(self) -> str:
@@ -329,6 +330,23 @@ def size_fleets(cands: list[Candidate], plan: PlanConfig, target: float, prober:
     log(f"  fleet sizing: {prober.runs} simulations so far")
 
 
+def fleet_headroom(c: Candidate, plan: PlanConfig, target: float, prober: Prober) -> None:
+    """The highest rate the candidate's confirmed fleet meets the SLOs at: bisection from the
+    target, which it meets, to 1.25 x what its replicas sustain one by one (a fleet behind a
+    router rarely beats that; if it does, that bound is reported)."""
+    rs = plan.rate_search
+    lo, hi = target, max(target, c.replicas * c.max_rate) * 1.25
+    for _ in range(rs.max_iters):
+        if hi / lo - 1 <= rs.rel_tol:
+            break
+        mid = math.sqrt(lo * hi)
+        if prober.run([_at_rate(c.data, mid, c.replicas)])[0]["slo_met"]:
+            lo = mid
+        else:
+            hi = mid
+    c.fleet_max_rate = lo
+
+
 @dataclass
 class PlanResult:
     target_rate: float
@@ -362,6 +380,9 @@ class PlanResult:
             f"{c.replicas} x {c.label} meets every SLO at {self.target_rate:g} req/s "
             f"(attainment {c.fleet_row['slo_attainment']:.1%}, P99 TTFT "
             f"{_ms(c.fleet_row.get('p99_ttft_ms'))}, P99 TPOT {_ms(c.fleet_row.get('p99_tpot_ms'))})",
+            f"the fleet keeps meeting them up to {c.fleet_max_rate:.2f} req/s "
+            f"({c.fleet_max_rate / self.target_rate - 1:+.0%} headroom over the target)"
+            if c.fleet_max_rate is not None else "the fleet's headroom was not measured",
             f"one replica sustains {c.max_rate:.2f} req/s within the SLOs "
             f"({c.max_rate / self.gpus_per_replica:.2f} req/s of goodput per GPU); "
             f"above that the binding SLO is {c.binding()}",
@@ -444,6 +465,9 @@ def run_plan(path: str | Path | dict, out: Path | None = None, overrides: list[s
         log(f"sizing fleets for {target:g} req/s")
         size_fleets(cands, plan, target, prober, log)
         result = PlanResult(target, plan.slo, cands, recommend(cands), plan.gpus_per_replica, out)
+        if result.recommended is not None:
+            log("measuring the recommended fleet's headroom")
+            fleet_headroom(result.recommended, plan, target, prober)
         curve = capacity_curve(result, prober) if plots else None
     finally:
         ex.close()
@@ -488,6 +512,7 @@ def write_plan(result: PlanResult, curve, plots: bool) -> None:
             "hardware": rec.hardware, "policy": rec.policy, "max_num_seqs": rec.max_num_seqs,
             "max_num_batched_tokens": rec.max_num_batched_tokens, "replicas": rec.replicas,
             "gpus": result.gpus(rec), "max_rate_per_replica": rec.max_rate,
+            "fleet_max_rate": rec.fleet_max_rate,
             "at_target": {k: v for k, v in (rec.fleet_row or {}).items() if k != "checks"},
             "fewer_replicas": rec.fewer_replicas,
             "fewer_replicas_fails": None if rec.fewer_row is None else _binding_text(rec.fewer_row),

@@ -75,6 +75,9 @@ def test_plan_recommends_fewest_gpus(planned):
         assert c.lo_row["slo_met"] and not c.hi_row["slo_met"]
     rec_json = json.loads((planned.out / "plan/recommendation.json").read_text())
     assert rec_json["recommended"]["replicas"] == rec.replicas
+    # The fleet's own goodput: at least the target, within the bracket searched.
+    assert planned.target_rate <= rec.fleet_max_rate <= rec.replicas * rec.max_rate * 1.25
+    assert rec_json["recommended"]["fleet_max_rate"] == rec.fleet_max_rate
     assert (planned.out / "plan/capacity.png").exists() and (planned.out / "plan/capacity.svg").exists()
     curve = pd.read_parquet(planned.out / "plan/capacity_curve.parquet")
     assert list(curve.max_num_seqs) == [32, 128]
