@@ -168,3 +168,26 @@ def test_cli_sweep_prints_table_and_bad_input_exits_2(tmp_path):
     assert (tmp_path / "o/sweep/latency_throughput.png").exists()
     bad = CliRunner().invoke(app, ["sweep", str(path), "--executor", "spark"])
     assert bad.exit_code == 2 and "allowed: local, ray" in bad.output
+
+
+@pytest.mark.parametrize("name, points", [("rate_sweep", 18), ("capacity_plan", 9),
+                                          ("cluster_routing", 5)])
+def test_shipped_scenarios_expand(name, points):
+    _, pts = load_sweep(ROOT / "scenarios" / f"{name}.yaml")
+    assert len(pts) == points
+
+
+def test_cluster_routing_scenario_runs_every_router():
+    from sim.config import validate
+    from sim.engine import simulate
+
+    raw, pts = load_sweep(ROOT / "scenarios/cluster_routing.yaml")
+    for p in pts:
+        p.data["workload"]["trace"]["limit"] = 120
+        try:
+            res = simulate(validate(p.data, "cluster_routing"))
+        except InputError as exc:
+            pytest.skip(f"trace not available: {exc}")
+        s = res.summary
+        assert s["router"] == p.params["variant"] and len(s["per_replica"]) == 4
+        assert sum(r["routed"] for r in s["per_replica"]) == 120
