@@ -21,9 +21,16 @@ def _series(frame, params: list[str], x: str):
         return
     for values, rows in frame.groupby(others, sort=False, dropna=False):
         values = values if isinstance(values, tuple) else (values,)
-        name = ", ".join(str(v) if k == "variant" else f"{_short(k)}={v}"
-                         for k, v in zip(others, values, strict=True))
+        name = ", ".join(_value_label(k, v) for k, v in zip(others, values, strict=True))
         yield name, rows.sort_values(x)
+
+
+def _value_label(param: str, value) -> str:
+    if param == "variant":
+        return str(value)
+    if param == "rate":
+        return f"{value:g} req/s offered"
+    return f"{_short(param)}={value}"
 
 
 def _short(param: str) -> str:
