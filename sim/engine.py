@@ -121,9 +121,13 @@ class Simulation:
         env = self.env
         t = self.table
         record_times = self.sc.simulation.record_token_times
-        tenant = t.tenant
-        cls = t.cls
-        prio = t.priority
+        # Plain lists: indexing numpy arrays one scalar at a time is slow on a million rows.
+        arrival = t.arrival.tolist()
+        prompt = t.prompt_len.tolist()
+        max_tokens = t.max_tokens.tolist()
+        tenant = None if t.tenant is None else t.tenant.tolist()
+        cls = None if t.cls is None else t.cls.tolist()
+        prio = None if t.priority is None else t.priority.tolist()
         hashes = t.hash_ids
         session = t.session
         progress = self.progress
@@ -131,14 +135,14 @@ class Simulation:
         for i in range(total):
             if progress is not None and i % PROGRESS_EVERY == 0:
                 progress(i, total)
-            at = float(t.arrival[i])
+            at = arrival[i]
             if at > env.now:
                 yield env.timeout(at - env.now)
             req = Request(
-                i, at, int(t.prompt_len[i]), int(t.max_tokens[i]),
+                i, at, prompt[i], max_tokens[i],
                 tenant="default" if tenant is None else str(tenant[i]),
                 cls="default" if cls is None else str(cls[i]),
-                priority=0 if prio is None else int(prio[i]),
+                priority=0 if prio is None else prio[i],
                 hash_ids=None if hashes is None else hashes[i],
                 session=None if session is None else session[i],
                 record_token_times=record_times,
@@ -291,6 +295,8 @@ class Simulation:
         rep.next_sample = (now // interval + 1) * interval
 
     def _collect(self, rep: Replica) -> None:
+        if not rep.scheduler.finished:
+            return
         done = rep.scheduler.drain_finished()
         rep.outstanding -= len(done)
         for req in done:

@@ -194,8 +194,10 @@ def apply_decode_run(sched: Scheduler, run: DecodeRun, itl_hist, record_tokens: 
     blocks = sched.blocks
     first_gaps = []
     finished = False
+    bs = blocks.block_size
     for r, c, s in zip(run.reqs, run.computed0, run.steps_of, strict=True):
-        blocks.allocate(r, c + s)
+        if c + s > len(r.block_table) * bs:
+            blocks.allocate(r, c + s)
         r.num_computed_tokens = c + s
         r.computed_tokens_total += s
         r.num_output_tokens += s
