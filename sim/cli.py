@@ -66,9 +66,9 @@ def run(
     set_: Annotated[list[str] | None, typer.Option("--set", help="dotted.key=value override")] = None,
 ) -> None:
     """Simulate SCENARIO (every variant), print a summary table, write results and plots."""
-    from sim.run import run_scenario
-
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from sim.run import run_scenario
 
     try:
         with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
