@@ -15,6 +15,7 @@ from sim.core.scheduler import Scheduler, SchedulerConfig
 from sim.core.swap import SwapSpace, swap_capacity_blocks, swap_seconds_per_block
 from sim.cost import make_cost_model
 from sim.cost.presets import get_hardware, get_model
+from sim.errors import InputError
 
 
 def scheduler_config(sc: Scenario) -> SchedulerConfig:
@@ -82,3 +83,25 @@ def build_cost_model(sc: Scenario):
     return make_cost_model(
         sc.cost_model.kind, get_model(sc.model), get_hardware(sc.hardware), sc.cost_model.path
     )
+
+
+def check_explicit_requests(sc: Scenario, sched: Scheduler) -> None:
+    """Requests the user listed one by one must fit the engine: that is a scenario error.
+
+    Generated and replayed traffic is different: a request that can never fit is rejected at
+    arrival with its reason, as a server would, and counted.
+    """
+    for i, req in enumerate(sc.workload.requests or []):
+        total = req.prompt_len + req.max_tokens
+        if total > sched.config.max_model_len:
+            raise InputError(
+                f"workload.requests[{i}]: prompt_len + max_tokens = {total} exceeds "
+                f"max_model_len = {sched.config.max_model_len}; shorten it or raise engine.max_model_len"
+            )
+        capacity = sched.blocks.num_blocks * sched.blocks.block_size
+        if total > capacity:
+            raise InputError(
+                f"workload.requests[{i}]: prompt_len + max_tokens = {total} tokens is larger than "
+                f"the KV cache ({capacity} tokens); raise engine.num_gpu_blocks_override or "
+                "gpu_memory_utilization"
+            )

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 import simpy
 
-from sim.build import build_cost_model, build_scheduler, swap_seconds_per_block_of
+from sim.build import build_cost_model, build_scheduler, check_explicit_requests, swap_seconds_per_block_of
 from sim.config import Scenario
 from sim.core.plan import StepPlan
 from sim.core.request import Request, RequestState
@@ -107,6 +107,7 @@ class Simulation:
         if num_replicas is None:
             num_replicas = scenario.cluster.replicas
         self.replicas = [Replica(i, build_scheduler(scenario)) for i in range(num_replicas)]
+        check_explicit_requests(scenario, self.replicas[0].scheduler)
         self.router = make_router(scenario.cluster.router, num_replicas, scenario.seed)
         self.records = RecordSink()
         self.itl = LogHistogram()

@@ -31,16 +31,17 @@ def cbsim(*args: str) -> subprocess.CompletedProcess:
         ("model: llama3-8b\nworkload: [1, 2\n", "line"),
         (BASE + "model: gpt-17\n", "unknown model 'gpt-17'; allowed: tiny"),
         (BASE + "cost_model: {path: /nonexistent.json}\n", "profile file not found"),
-        (BASE + "workload: {requests: [{prompt_len: 9000, max_tokens: 10}]}\n", None),
+        (BASE + "workload: {requests: [{prompt_len: 9000, max_tokens: 10}]}\n",
+         "workload.requests[0]: prompt_len + max_tokens = 9010 exceeds max_model_len = 8192"),
+        (BASE + "engine: {num_gpu_blocks_override: 4}\n"
+         "workload: {requests: [{prompt_len: 60, max_tokens: 10}]}\n",
+         "is larger than the KV cache (64 tokens)"),
     ],
 )
 def test_bad_scenario_is_one_line_exit_2(tmp_path, text, expected):
     path = tmp_path / "s.yaml"
     path.write_text(text)
     proc = cbsim("run", str(path), "--out", str(tmp_path / "out"))
-    if expected is None:  # a request over max_model_len is rejected with its reason, not an error
-        assert proc.returncode == 0, proc.stderr
-        return
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert "Traceback" not in proc.stderr
     lines = [ln for ln in proc.stderr.strip().splitlines() if ln.strip()]
