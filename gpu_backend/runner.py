@@ -23,8 +23,14 @@ from sim.core.plan import StepPlan
 from sim.core.request import Request
 
 
-def prompt_token_ids(req: Request, seed: int, vocab_size: int) -> list[int]:
-    """The request's own prompt ids, or deterministic pseudo-random ones from (seed, req_id)."""
+def prompt_token_ids(req: Request, seed: int, vocab_size: int, hash_block_tokens: int = 512) -> list[int]:
+    """The request's own prompt ids, or deterministic pseudo-random ones.
+
+    Generated ids depend on the client, not the attempt, so a retry sends the same prompt.
+    Positions covered by `hash_ids` (trace prefix blocks of `hash_block_tokens` tokens) are
+    drawn from their block's id instead: requests that share a prefix chain share its tokens,
+    so KV reused through the prefix cache is the KV those tokens really have.
+    """
     given = getattr(req, "prompt_token_ids", None)
     if given is None and req.extra:
         given = req.extra.get("prompt_token_ids")
@@ -33,8 +39,15 @@ def prompt_token_ids(req: Request, seed: int, vocab_size: int) -> list[int]:
         if len(ids) != req.prompt_len:
             raise ValueError(f"request {req.req_id}: {len(ids)} prompt ids for prompt_len {req.prompt_len}")
         return ids
-    rng = np.random.default_rng([seed, req.req_id])
-    return rng.integers(0, vocab_size, size=req.prompt_len).tolist()
+    ids = np.random.default_rng([seed, req.client_id]).integers(0, vocab_size, size=req.prompt_len)
+    for k, block_id in enumerate(req.hash_ids or ()):
+        lo = k * hash_block_tokens
+        if lo >= req.prompt_len:
+            break
+        hi = min(lo + hash_block_tokens, req.prompt_len)
+        rng = np.random.default_rng([seed, 0x9A5B, int(block_id) & 0xFFFFFFFFFFFFFFFF])
+        ids[lo:hi] = rng.integers(0, vocab_size, size=hash_block_tokens)[: hi - lo]
+    return ids.tolist()
 
 
 @dataclass
@@ -43,13 +56,15 @@ class StepOutput:
     elapsed_s: float  # device time of the step (CUDA events on GPU, perf_counter on CPU)
     num_tokens: int  # packed positions run, padding rows included
     used_decode_graph: bool
+    swap_in_s: float = 0.0  # host-to-device KV copies for requests swapped back in
 
 
 class ModelRunner:
     def __init__(self, model: LlamaModel, kv_cache: PagedKVCache, *,
                  sampling: SamplingParams | None = None, prompt_seed: int = 0,
                  cuda_graphs: bool | None = None, pad_decode_batches: bool = False,
-                 max_graph_batch: int = 256, max_model_len: int | None = None) -> None:
+                 max_graph_batch: int = 256, max_model_len: int | None = None,
+                 prefix_block_tokens: int = 512) -> None:
         """cuda_graphs: None = on for CUDA with Triton attention (the torch reference syncs
         with the host, so it cannot be captured). pad_decode_batches runs decode steps through
         the same padded buffers eagerly, without a GPU (tests, debugging)."""
@@ -57,6 +72,7 @@ class ModelRunner:
         self.kv_cache = kv_cache
         self.block_size = kv_cache.block_size
         self.prompt_seed = prompt_seed
+        self.prefix_block_tokens = prefix_block_tokens
         self.sampler = Sampler(sampling or SamplingParams(), model.device)
         self.on_cuda = model.device.type == "cuda"
         if cuda_graphs is None:
@@ -69,13 +85,15 @@ class ModelRunner:
                                               max_model_len or model.spec.max_model_len, capture=cuda_graphs)
         self._tokens: dict[Request, list[int]] = {}
         self._num_generated: dict[Request, int] = {}
+        self._swapped: dict[Request, torch.Tensor] = {}  # host copies of swapped-out KV blocks
 
     # -- token ids ------------------------------------------------------------------------
     def token_ids(self, req: Request) -> list[int]:
         """Prompt ids followed by the accepted generated ids."""
         ids = self._tokens.get(req)
         if ids is None:
-            ids = self._tokens[req] = prompt_token_ids(req, self.prompt_seed, self.model.spec.vocab_size)
+            ids = self._tokens[req] = prompt_token_ids(req, self.prompt_seed, self.model.spec.vocab_size,
+                                                       self.prefix_block_tokens)
             self._num_generated[req] = 0
         return ids
 
@@ -86,20 +104,42 @@ class ModelRunner:
         """Forget a terminal request's ids (its KV blocks are the BlockManager's to free)."""
         self._tokens.pop(req, None)
         self._num_generated.pop(req, None)
+        self._swapped.pop(req, None)
 
     @property
     def num_tracked(self) -> int:
-        return len(self._tokens)
+        return len(self._tokens) + len(self._swapped)
+
+    # -- swap preemption ------------------------------------------------------------------
+    def swap_out(self, req: Request, blocks: list[int]) -> float:
+        """Copy a swapped-out request's KV blocks to host memory; returns the seconds it took.
+
+        Call after `schedule()` preempted it and before the step runs: its blocks are free
+        now and the step may already write another request's KV into them.
+        """
+        timer = _Timer(self.on_cuda)
+        index = torch.tensor(blocks, dtype=torch.int64, device=self.kv_cache.data.device)
+        host = self.kv_cache.data[:, :, index].to("cpu")
+        self._swapped[req] = host.pin_memory() if self.on_cuda else host
+        return timer.stop()
+
+    def _swap_in(self, req: Request) -> None:
+        host = self._swapped.pop(req)
+        device = self.kv_cache.data.device
+        index = torch.tensor(req.block_table[: host.shape[2]], dtype=torch.int64, device=device)
+        self.kv_cache.data[:, :, index] = host.to(device, non_blocking=True)
 
     def accept(self, out: StepOutput) -> list[tuple[Request, int]]:
         """After `Scheduler.complete`: keep each sampled token the scheduler counted.
 
-        A request aborted while its step ran gets no token from `complete`, so its sample
-        is dropped here; the check keeps ids and `num_output_tokens` in lockstep.
+        A request aborted while its step ran gets no token from `complete` (and may be
+        released already), so its sample is dropped here; the check keeps ids and
+        `num_output_tokens` in lockstep.
         """
         accepted = []
         for req, tok in out.tokens:
-            if req.num_output_tokens == self._num_generated.get(req, -1) + 1:
+            generated = self._num_generated.get(req)
+            if generated is not None and req.num_output_tokens == generated + 1:
                 self._tokens[req].append(tok)
                 self._num_generated[req] += 1
                 accepted.append((req, tok))
@@ -107,6 +147,14 @@ class ModelRunner:
 
     # -- the step -------------------------------------------------------------------------
     def execute(self, plan: StepPlan) -> StepOutput:
+        swap_in_s = 0.0
+        if self._swapped:
+            returning = [req for req, _ in plan.entries if req in self._swapped]
+            if returning:
+                swap_timer = _Timer(self.on_cuda)
+                for req in returning:
+                    self._swap_in(req)
+                swap_in_s = swap_timer.stop()
         timer = _Timer(self.on_cuda)
         chunks: list[SequenceChunk] = []
         ids: list[int] = []
@@ -138,7 +186,7 @@ class ModelRunner:
         elapsed = timer.stop()
         entries = plan.entries
         return StepOutput([(entries[r][0], t) for r, t in zip(sample_rows, sampled, strict=True)],
-                          elapsed, len(ids), used_graph)
+                          elapsed, len(ids), used_graph, swap_in_s)
 
     def _forward(self, chunks: list[SequenceChunk], ids: list[int], padding_rows: list[int]) -> torch.Tensor:
         dev = self.model.device

@@ -49,7 +49,7 @@ def _paged_attention_kernel(
     stride_cb, stride_cs, stride_ch,  # cache strides: block, slot in block, head (dim is contiguous)
     stride_bt,
     GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
-    PAGE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_Q: tl.constexpr,
+    PAGE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_Q: tl.constexpr, DOT_PRECISION: tl.constexpr,
 ):
     seq = tl.program_id(0)
     kv_head = tl.program_id(1)
@@ -88,13 +88,13 @@ def _paged_attention_kernel(
         kv_off = block * stride_cb + offs_n[:, None] * stride_cs + kv_head * stride_ch + d[None, :]
         k = tl.load(k_cache_ptr + kv_off, mask=kv_ok, other=0.0)
         v = tl.load(v_cache_ptr + kv_off, mask=kv_ok, other=0.0)
-        s = tl.dot(q, tl.trans(k)) * scale_log2
+        s = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION) * scale_log2
         s = tl.where(k_pos[None, :] <= q_pos[:, None], s, float("-inf"))
         m_new = tl.maximum(m_i, tl.max(s, 1))
         alpha = tl.exp2(m_i - m_new)
         p = tl.exp2(s - m_new[:, None])
         l_i = l_i * alpha + tl.sum(p, 1)
-        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
+        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=DOT_PRECISION)
         m_i = m_new
 
     acc = acc / l_i[:, None]
@@ -149,5 +149,7 @@ class TritonAttention:
             meta.block_tables.stride(0),
             GROUP=group, HEAD_DIM=head_dim, BLOCK_D=_pow2_at_least_16(head_dim),
             PAGE=page, BLOCK_M=block_m, BLOCK_Q=block_q,
+            # fp32 caches mean a correctness run: exact products, not TF32; others keep the default.
+            DOT_PRECISION="ieee" if q.dtype == torch.float32 else None,
         )
         return out

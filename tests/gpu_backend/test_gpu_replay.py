@@ -11,8 +11,6 @@ from sim.config import validate  # noqa: E402
 from sim.engine import simulate  # noqa: E402
 from sim.errors import InputError  # noqa: E402
 
-ROUTER_ONLY = {"router", "imbalance_requests", "imbalance_busy", "per_replica"}
-
 
 def tiny_scenario(**engine) -> object:
     return validate({
@@ -32,7 +30,7 @@ def test_replay_records_match_the_simulators() -> None:
     for col in ("req_id", "state", "prompt_len", "max_tokens", "output_tokens"):
         assert real_frame[col].tolist() == sim_frame[col].tolist()
     assert (real_frame.ttft > 0).all() and (real_frame.e2el >= real_frame.ttft).all()
-    assert set(sim.summary) - ROUTER_ONLY <= set(real.summary)
+    assert set(real.summary) == set(sim.summary)
     assert real.summary["completed"] == 6 and real.num_kv_blocks == 64
     assert all(len(real.tokens[i]) == 3 + i for i in range(6))
 

@@ -73,3 +73,32 @@ def test_execute_samples_only_requests_whose_prompt_is_done() -> None:
     assert out.num_tokens == 9 and out.elapsed_s > 0 and not out.used_decode_graph
     with pytest.raises(ValueError, match="CUDA"):
         ModelRunner(model, cache, cuda_graphs=True)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a GPU")
+def test_cuda_graph_decodes_match_eager() -> None:
+    from gpu_engine_helpers import request_table, tiny_scenario
+
+    from gpu_backend.engine import GpuEngine
+
+    spec = MODELS["tiny"]
+    model = build_model(spec, "cuda", torch.float32, seed=1, attention="triton", init_std=0.2)
+    sc = tiny_scenario(blocks=64, engine={"block_size": 16})
+    table = request_table([(0.0, 5 + 9 * i, 12) for i in range(6)])
+    tokens, graph_steps = {}, {}
+    for graphs in (False, True):
+        cache = PagedKVCache.allocate(spec, 64, 16, model.dtype, model.device)
+        runner = ModelRunner(model, cache, cuda_graphs=graphs, max_graph_batch=8)
+        used = []
+        execute = runner.execute
+
+        def spy(plan, execute=execute, used=used):
+            out = execute(plan)
+            used.append(out.used_decode_graph)
+            return out
+
+        runner.execute = spy
+        tokens[graphs] = GpuEngine(sc, table, runner).run().tokens
+        graph_steps[graphs] = sum(used)
+    assert tokens[True] == tokens[False]
+    assert graph_steps[True] > 0 and graph_steps[False] == 0

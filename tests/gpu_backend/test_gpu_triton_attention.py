@@ -106,25 +106,22 @@ def test_model_greedy_same_with_triton_and_torch(greedy) -> None:
 
 
 def test_engine_with_triton_and_padded_decode_matches_torch() -> None:
+    from gpu_engine_helpers import request_table, tiny_scenario
+
     from gpu_backend.engine import GpuEngine
     from gpu_backend.kv_cache import PagedKVCache
     from gpu_backend.runner import ModelRunner
-    from sim.core.blocks import BlockManager
-    from sim.core.policies import make_policy
-    from sim.core.request import Request
-    from sim.core.scheduler import Scheduler, SchedulerConfig
 
     spec = MODELS["tiny"]
+    # 5 blocks of 16 for 4 requests of up to 38 positions: preemption and recompute happen.
+    sc = tiny_scenario(blocks=5, budget=16, engine={"block_size": 16})
+    table = request_table([(0.0, 30, 8), (0.0, 9, 6), (0.0, 21, 5), (0.0, 3, 7)])
     tokens = {}
     for backend in ("torch", "triton"):
         model = build_model(spec, DEVICE, torch.float32, seed=1, attention=backend, init_std=0.2)
-        # 5 blocks of 16 for 4 requests of up to 38 positions: preemption and recompute happen.
-        sched = Scheduler(SchedulerConfig(max_num_batched_tokens=16), BlockManager(5, 16),
-                          make_policy("continuous"))
         cache = PagedKVCache.allocate(spec, 5, 16, model.dtype, model.device)
         runner = ModelRunner(model, cache, pad_decode_batches=True, max_graph_batch=4)
-        requests = [Request(i, 0.0, p, m) for i, (p, m) in enumerate([(30, 8), (9, 6), (21, 5), (3, 7)])]
-        result = GpuEngine(sched, runner).run(requests)
+        result = GpuEngine(sc, table, runner).run()
         assert result.summary["preemptions"] > 0 and result.summary["completed"] == 4
         tokens[backend] = result.tokens
     assert tokens["triton"] == tokens["torch"]
