@@ -16,6 +16,7 @@ import triton
 import triton.language as tl
 
 from gpu_backend.metadata import AttentionMetadata
+from sim.errors import InputError
 
 
 @triton.jit
@@ -132,7 +133,8 @@ class TritonAttention:
         num_kv_heads, page = k_cache.shape[2], k_cache.shape[1]
         group = num_heads // num_kv_heads
         if page < 16 or page & (page - 1):
-            raise ValueError(f"triton attention needs a power-of-two block_size >= 16, got {page}")
+            raise InputError(f"engine.block_size: the Triton attention kernel needs a power of two >= 16, "
+                             f"got {page} (or use attention: torch)")
         assert v_cache.stride() == k_cache.stride() and q.stride(2) == 1 and k_cache.stride(3) == 1
         # Decode-only steps get one token per tile (rows = the group's heads); prefill tiles
         # take several tokens so a long chunk is not one program per token.

@@ -23,6 +23,7 @@ from gpu_backend.attention import TorchAttention, get_attention_backend  # noqa:
 from gpu_backend.metadata import SequenceChunk, build_metadata  # noqa: E402
 from gpu_backend.weights import build_model  # noqa: E402
 from sim.cost.presets import MODELS  # noqa: E402
+from sim.errors import InputError  # noqa: E402
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 # (num_computed, num_new): prefill from zero, decodes, a chunk after a cached prefix, a
@@ -89,7 +90,7 @@ def test_store_kv_matches_reference_and_skips_padding() -> None:
 def test_triton_rejects_block_size_it_cannot_tile() -> None:
     meta, k_cache, v_cache, gen = make_batch([(0, 5)], 8, 2, 16, torch.float32)
     q = torch.randn(5, 4, 16, generator=gen)
-    with pytest.raises(ValueError, match="block_size"):
+    with pytest.raises(InputError, match="block_size"):
         get_attention_backend("triton").attend(q, k_cache, v_cache, meta, 0.25)
 
 
