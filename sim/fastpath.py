@@ -22,6 +22,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from heapq import heappush
+from itertools import accumulate
+from operator import sub
 
 from simpy.core import NORMAL
 from simpy.events import Event
@@ -178,19 +180,13 @@ def apply_decode_run(sched: Scheduler, run: DecodeRun, itl_hist, record_tokens: 
     """Advance every request of ``run`` by its steps, as ``complete`` would have step by step."""
     ends = run.ends
     n = run.steps
-    gaps = [b - a for a, b in zip(ends, ends[1:], strict=False)]
-    prefix_max = []  # prefix_max[s] = largest of the first s gaps
-    top = -math.inf
-    prefix_max.append(top)
-    for g in gaps:
-        if g > top:
-            top = g
-        prefix_max.append(top)
+    # C-level loops (map, accumulate): this runs for every step of every run.
+    gaps = list(map(sub, ends[1:], ends))  # the same float subtraction as stepping does
+    prefix_max = [-math.inf, *accumulate(gaps, max)]  # prefix_max[s]: largest of first s gaps
     # GPU time each request is charged, as the stepping path does: a step's time split over
     # its tokens in whole nanoseconds; prefix sums because every active request gets the same.
-    charged = [0]
-    for dt, size in zip(run.durations, run.batch, strict=True):
-        charged.append(charged[-1] + int(dt * 1 / size * 1e9 + 0.5))
+    charged = [0, *accumulate(int(dt / size * 1e9 + 0.5)
+                              for dt, size in zip(run.durations, run.batch, strict=True))]
     blocks = sched.blocks
     first_gaps = []
     finished = False
@@ -218,8 +214,7 @@ def apply_decode_run(sched: Scheduler, run: DecodeRun, itl_hist, record_tokens: 
     if finished:
         sched.running = [r for r in sched.running if r.state == RequestState.RUNNING]
     itl_hist.add_many(first_gaps)
-    for g, size in zip(gaps, run.batch[1:n], strict=True):
-        itl_hist.add(g, size)
+    itl_hist.add_weighted(gaps, run.batch[1:n])
     sched.policy.on_decode_run(run.reqs, run.steps_of, ends[-1])
 
 

@@ -42,6 +42,13 @@ class LogHistogram:
         if len(self._values) >= self.FLUSH_AT:
             self._flush()
 
+    def add_weighted(self, values: list[float], counts: list[int]) -> None:
+        """``values[i]`` seen ``counts[i]`` times each."""
+        self._values.extend(values)
+        self._weights.extend(counts)
+        if len(self._values) >= self.FLUSH_AT:
+            self._flush()
+
     def _flush(self) -> None:
         if not self._values:
             return
