@@ -21,7 +21,7 @@ from gpu_backend.runner import ModelRunner
 from sim.config import CostModelConfig, Scenario
 from sim.core.plan import StepPlan
 from sim.core.request import Request, RequestState
-from sim.engine import Replica, SimResult, Simulation, StepTrace, batch_kinds
+from sim.engine import Replica, SimResult, Simulation, batch_kinds
 from sim.errors import InputError
 from sim.workload.table import RequestTable
 
@@ -66,10 +66,10 @@ class GpuEngine(Simulation):
         self._live[req.req_id] = req
         super().admit_new(req)
 
-    def _collect(self, rep: Replica) -> None:
+    def collect(self, rep: Replica) -> None:
         for req in rep.scheduler.finished:
             self._forget(req)
-        super()._collect(rep)
+        super().collect(rep)
 
     def _forget(self, req: Request) -> None:
         self.tokens[req.req_id] = list(self.runner.output_ids(req))
@@ -104,7 +104,7 @@ class GpuEngine(Simulation):
         rep = self.replicas[0]
         sched = rep.scheduler
         horizon = self.sc.simulation.horizon_s
-        env.process(self._arrivals())
+        env.process(self.arrivals())
         self._t0 = self.clock()
         while True:
             self._advance(self._wall())
@@ -118,7 +118,7 @@ class GpuEngine(Simulation):
             tables = {r: list(r.block_table) for r in sched.running} if sched.swap is not None else None
             plan = sched.schedule(env.now) if sched.has_work else None
             if plan is None or plan.is_empty:
-                self._collect(rep)
+                self.collect(rep)
                 upcoming = env.peek()
                 if math.isinf(upcoming) and not self._cancels:
                     break  # no arrival or timer left to change anything
@@ -139,36 +139,31 @@ class GpuEngine(Simulation):
                     swap_s += runner.swap_out(victim, tables[victim])
         rep.plan = plan  # a request aborted during the step has this step's work counted
         out = runner.execute(plan)
-        self._advance(self._wall())
+        now = self._wall()
+        horizon = self.sc.simulation.horizon_s
+        if horizon is not None:
+            now = min(now, horizon)
+        dt = now - start
+        moved = plan.swap_in_blocks or plan.swap_out_blocks
+        self.charge_step(rep, plan, start, dt, swap_s + out.swap_in_s if moved else 0.0, kinds)
+        self._advance(now)
         rep.plan = None
-        dt = env.now - start
-        if plan.swap_in_blocks or plan.swap_out_blocks:
-            rep.swap_seconds += swap_s + out.swap_in_s
-        if plan.recompute_tokens:
-            rep.recompute_tokens += plan.recompute_tokens
-            rep.recompute_seconds += dt * plan.recompute_tokens / plan.num_tokens
-        if self.steps is not None:
-            self.steps.append(StepTrace(rep.index, start, dt, kinds))
-        total = plan.num_tokens
-        for r, k in plan.entries:
-            r.gpu_ns += int(dt * k / total * 1e9 + 0.5)
         sched.complete(plan, env.now)
         for req, tok in runner.accept(out):
             if self.on_token is not None:
                 self.on_token(req, tok, env.now)
         self.device_step_s.append(out.elapsed_s)
-        self._account(rep, plan, start, dt, usage)
-        self._collect(rep)
+        self.account_step(rep, plan, start, dt, usage)
 
     def _finish(self, rep: Replica) -> ReplayResult:
         """As `Simulation.run` ends: unfinished requests are recorded with reason "horizon"."""
         end = self.env.now
-        self._collect(rep)
+        self.collect(rep)
         adm = rep.scheduler.admission
         parked = list(adm.parked) if adm is not None else []
         for req in [*rep.scheduler.running, *rep.scheduler.policy.waiting(), *parked]:
             req.reason = "horizon"
             self.records.add(req)
             self._forget(req)
-        return ReplayResult(self.sc, self.records, self._summary(end), self.ts, self.steps,
+        return ReplayResult(self.sc, self.records, self.summary(end), self.ts, self.steps,
                             rep.scheduler.blocks.num_blocks, self.tokens, self.device_step_s)

@@ -120,7 +120,8 @@ class Simulation:
         self._swap_s_per_block = swap_seconds_per_block_of(scenario)
 
     # -- processes ------------------------------------------------------------------------
-    def _arrivals(self):
+    def arrivals(self):
+        """The SimPy process that submits the table's requests at their arrival times."""
         env = self.env
         t = self.table
         record_times = self.sc.simulation.record_token_times
@@ -176,7 +177,7 @@ class Simulation:
                     req.computed_tokens_total += k
                     break
         rep.scheduler.abort(req, state, self.env.now, reason)
-        self._collect(rep)
+        self.collect(rep)
         return True
 
     def next_event_time(self) -> float:
@@ -196,7 +197,7 @@ class Simulation:
         rep.outstanding += 1
         rep.routed += 1
         rep.scheduler.add_request(req, self.env.now)
-        self._collect(rep)
+        self.collect(rep)
         if rep.wake is not None and not rep.wake.triggered:
             rep.wake.succeed()
 
@@ -211,7 +212,7 @@ class Simulation:
         while True:
             plan = sched.schedule(env.now) if sched.has_work else None
             if plan is None or plan.is_empty:
-                self._collect(rep)
+                self.collect(rep)
                 rep.wake = env.event()
                 yield rep.wake
                 rep.wake = None
@@ -222,33 +223,46 @@ class Simulation:
                     yield timeout_at(env, run.ends[-1])
                     apply_decode_run(sched, run, self.itl, record_tokens)
                     self._account_run(rep, run)
-                    self._collect(rep)
+                    self.collect(rep)
                     continue
             dt = cost.step_time(plan)
+            swap_s = 0.0
             if plan.swap_in_blocks or plan.swap_out_blocks:
                 swap_s = (plan.swap_in_blocks + plan.swap_out_blocks) * self._swap_s_per_block
-                rep.swap_seconds += swap_s
                 dt += swap_s
-            if plan.recompute_tokens:
-                rep.recompute_tokens += plan.recompute_tokens
-                rep.recompute_seconds += dt * plan.recompute_tokens / plan.num_tokens
             start = env.now
             usage = blocks.usage
-            if self.steps is not None:
-                self.steps.append(StepTrace(rep.index, start, dt, batch_kinds(plan)))
-            total = plan.num_tokens
-            unit = int(dt / total * 1e9 + 0.5)  # a decode token's share (the fast path's too)
-            for r, k in plan.entries:
-                r.gpu_ns += unit if k == 1 else int(dt * k / total * 1e9 + 0.5)
+            self.charge_step(rep, plan, start, dt, swap_s)
             rep.plan = plan
             yield env.timeout(dt)
             rep.plan = None
             sched.complete(plan, env.now)
-            self._account(rep, plan, start, dt, usage)
-            self._collect(rep)
+            self.account_step(rep, plan, start, dt, usage)
 
-    # -- bookkeeping ----------------------------------------------------------------------
-    def _account(self, rep: Replica, plan: StepPlan, start: float, dt: float, usage: float) -> None:
+    # -- bookkeeping (shared with gpu_backend.engine.GpuEngine, which runs steps for real) --
+    def charge_step(self, rep: Replica, plan: StepPlan, start: float, dt: float, swap_s: float = 0.0,
+                    kinds: list[tuple[int, int, str]] | None = None) -> None:
+        """A step of ``dt`` seconds (``swap_s`` of it host-link copies) starting at ``start``:
+        swap and recompute time, the step trace, and each request's share of GPU time.
+
+        Called before the step's requests complete, so one aborted during the step is recorded
+        with this step's share. ``kinds`` is ``batch_kinds(plan)`` read before the step ran,
+        for an engine that charges the step after running it."""
+        if swap_s:
+            rep.swap_seconds += swap_s
+        if plan.recompute_tokens:
+            rep.recompute_tokens += plan.recompute_tokens
+            rep.recompute_seconds += dt * plan.recompute_tokens / plan.num_tokens
+        if self.steps is not None:
+            self.steps.append(StepTrace(rep.index, start, dt, batch_kinds(plan) if kinds is None else kinds))
+        total = plan.num_tokens
+        unit = int(dt / total * 1e9 + 0.5)  # a decode token's share (the fast path's too)
+        for r, k in plan.entries:
+            r.gpu_ns += unit if k == 1 else int(dt * k / total * 1e9 + 0.5)
+
+    def account_step(self, rep: Replica, plan: StepPlan, start: float, dt: float, usage: float) -> None:
+        """After ``Scheduler.complete(plan)``: busy time, KV usage (``usage``: before the step)
+        and batch integrals, ITL gaps, a time-series sample; then collect finished requests."""
         rep.busy_time += dt
         rep.steps += 1
         rep.kv_usage_integral += usage * dt
@@ -267,9 +281,10 @@ class Simulation:
         if now >= rep.next_sample:
             sched = rep.scheduler
             self._sample(rep, now, sched.blocks.usage, len(sched.running), sched.num_queued)
+        self.collect(rep)
 
     def _account_run(self, rep: Replica, run: DecodeRun) -> None:
-        """The bookkeeping of ``_account`` for every step of a fast-path decode run.
+        """The bookkeeping of ``account_step`` for every step of a fast-path decode run.
 
         Sums run in C (``sum``/``map``); they may differ from step-by-step accumulation in the
         last bits, which only the run-level aggregates (busy fraction, mean KV use) see.
@@ -302,7 +317,8 @@ class Simulation:
         self.ts.waiting.append(waiting)
         rep.next_sample = (now // interval + 1) * interval
 
-    def _collect(self, rep: Replica) -> None:
+    def collect(self, rep: Replica) -> None:
+        """Record the replica's newly terminal requests (and tell their clients)."""
         if not rep.scheduler.finished:
             return
         done = rep.scheduler.drain_finished()
@@ -316,23 +332,24 @@ class Simulation:
     # -- run ------------------------------------------------------------------------------
     def run(self) -> SimResult:
         env = self.env
-        env.process(self._arrivals())
+        env.process(self.arrivals())
         for rep in self.replicas:
             env.process(self._replica_loop(rep))
         horizon = self.sc.simulation.horizon_s
         env.run(until=horizon)
         end = env.now
         for rep in self.replicas:
-            self._collect(rep)
+            self.collect(rep)
             adm = rep.scheduler.admission
             parked = list(adm.parked) if adm is not None else []
             for req in [*rep.scheduler.running, *rep.scheduler.policy.waiting(), *parked]:
                 req.reason = "horizon"
                 self.records.add(req)
-        return SimResult(self.sc, self.records, self._summary(end), self.ts, self.steps,
+        return SimResult(self.sc, self.records, self.summary(end), self.ts, self.steps,
                          self.replicas[0].scheduler.blocks.num_blocks)
 
-    def _summary(self, end: float) -> dict:
+    def summary(self, end: float) -> dict:
+        """The run's summary metrics (``SimResult.summary``), the run having ended at ``end``."""
         busy = sum(r.busy_time for r in self.replicas)
         start = float(self.table.arrival[0]) if len(self.table) else 0.0
         span = max(end - start, 1e-12)
