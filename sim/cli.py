@@ -180,6 +180,76 @@ def plan(
                   + ", ".join(p.name for p in res.plots), soft_wrap=True)
 
 
+@app.command()
+def calibrate(
+    model: Annotated[str, typer.Option("--model", help="model preset, e.g. llama3-8b or tiny")],
+    out: Annotated[Path, typer.Option(
+        "--out", help="profile JSON to write, e.g. profiles/h200-llama3-8b.json")],
+    hardware_name: Annotated[str | None, typer.Option(
+        "--hardware-name", help="hardware preset the profile is for (default: cpu on a CPU)")] = None,
+    device: Annotated[str | None, typer.Option(
+        "--device", help="cuda or cpu (default: cuda if present)")] = None,
+    grid: Annotated[str | None, typer.Option("--grid", help="quick or full (default: full on a GPU)")] = None,
+    warmup: Annotated[int, typer.Option("--warmup", min=0)] = 2,
+    repeats: Annotated[int, typer.Option("--repeats", min=1)] = 7,
+) -> None:
+    """Time a grid of step shapes on the backend, fit the step-latency profile, write it.
+
+    Measured points go to OUT's .points.jsonl as they are measured; a rerun resumes."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from calibrate.calibration import calibrate as run_calibration
+    from calibrate.calibration import plot_path
+
+    try:
+        with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                      TimeElapsedColumn(), console=err_console, transient=True) as bar:
+            task = bar.add_task("calibrating", total=None)
+
+            def progress(key: str, done: int, total: int) -> None:
+                bar.update(task, total=total, completed=done, description=key[:40])
+
+            profile = run_calibration(model, out, hardware_name=hardware_name, device=device, grid=grid,
+                                      warmup=warmup, repeats=repeats, progress=progress)
+    except InputError as exc:
+        fail(str(exc))
+    fit = profile["fit"]
+    table = Table(title=f"profile {out} ({profile['provenance']['points']} shapes)")
+    for col in ("region", "points", "CV mean |err|", "CV p90", "CV max"):
+        table.add_column(col, justify="left" if col == "region" else "right")
+    for region, e in fit["cv_error_by_region"].items():
+        table.add_row(region, str(e["points"]), f"{e['mean_abs_rel_error']:.1%}",
+                      f"{e['p90_abs_rel_error']:.1%}", f"{e['max_abs_rel_error']:.1%}")
+    console.print(table)
+    knee = profile.get("knee_tokens")
+    console.print("piecewise term: " + (f"tokens over {knee}" if knee is not None else "none (CV: no gain)")
+                  + f"; fit plot: {plot_path(out)}", soft_wrap=True)
+
+
+@app.command()
+def validate(
+    scenario: Annotated[str, typer.Argument(help="scenario YAML file (one configuration)")],
+    profile: Annotated[str, typer.Option("--profile", help="profile JSON from cbsim calibrate")],
+    out: Annotated[Path | None, typer.Option("--out", help="output folder")] = None,
+    set_: Annotated[list[str] | None, typer.Option("--set", help="dotted.key=value override")] = None,
+    device: Annotated[str | None, typer.Option(
+        "--device", help="cuda or cpu (default: cuda if present)")] = None,
+) -> None:
+    """Replay SCENARIO on the real backend and in the simulator; report the error per metric."""
+    from calibrate.validate import error_table
+    from calibrate.validate import validate as run_validation
+
+    out = out or Path("results") / "validate" / Path(scenario).stem
+    try:
+        v, plots = run_validation(scenario, profile, out, set_ or [], device=device,
+                                  log=lambda m: err_console.print(m, highlight=False))
+    except InputError as exc:
+        fail(str(exc))
+    console.print(error_table(v, f"{v.scenario.name}: simulated vs measured"))
+    console.print(f"results in {out}/ (validation.json); plots: " + ", ".join(p.name for p in plots),
+                  soft_wrap=True)
+
+
 def main() -> None:
     try:
         app()

@@ -12,10 +12,18 @@ FEATURES: tuple[str, ...] = (
     "prefill_attn_pairs",  # attention work of prefill chunks (query, key) pairs
     "decode_seqs",  # per-sequence work of decode tokens (matmul rows, sampling)
     "decode_ctx_sum",  # KV bytes read by decode attention
+    # Piecewise term: step tokens beyond the profile's ``knee_tokens`` (where the matmuls turn
+    # compute-bound). Optional: a profile without it, or without its knee, reads it as 0.
+    "tokens_over_knee",
 )
+OPTIONAL_FEATURES: frozenset[str] = frozenset({"tokens_over_knee"})
 
 
-def plan_features(plan: StepPlan) -> tuple[float, ...]:
+def over_knee(num_tokens: int, knee_tokens: int | None) -> float:
+    return float(max(0, num_tokens - knee_tokens)) if knee_tokens is not None else 0.0
+
+
+def plan_features(plan: StepPlan, knee_tokens: int | None = None) -> tuple[float, ...]:
     decode = plan.decode_seqs
     return (
         1.0,
@@ -24,11 +32,13 @@ def plan_features(plan: StepPlan) -> tuple[float, ...]:
         float(plan.prefill_attn_pairs),
         float(decode),
         float(plan.decode_ctx_sum),
+        over_knee(plan.prefill_tokens + decode, knee_tokens),
     )
 
 
 def shape_features(
-    *, prefill_chunks: list[tuple[int, int]] = (), decode_contexts: list[int] = ()
+    *, prefill_chunks: list[tuple[int, int]] = (), decode_contexts: list[int] = (),
+    knee_tokens: int | None = None,
 ) -> tuple[float, ...]:
     """Features of a step given as prefill (chunk, prior context) pairs and decode contexts.
 
@@ -43,4 +53,5 @@ def shape_features(
         float(pairs),
         float(len(decode_contexts)),
         float(sum(decode_contexts)),
+        over_knee(prefill_tokens + len(decode_contexts), knee_tokens),
     )

@@ -4,8 +4,12 @@ The profile is linear (non-negative) in the StepPlan features of ``sim.cost.feat
 JSON format (``cbsim-profile/1``) is written by ``calibrate`` and documented in the README:
 
     {"format": "cbsim-profile/1", "model": "llama3-8b", "hardware": "h200",
-     "features": [...], "coefficients_s": {"const": 0.007, ...},
+     "features": [...], "coefficients_s": {"const": 0.007, ...}, "knee_tokens": 1024,
      "provenance": {...}, "fit": {...}}
+
+Optional features (``OPTIONAL_FEATURES``: the piecewise ``tokens_over_knee``) may be absent
+and then count 0, so profiles written before they existed still load; a non-zero
+``tokens_over_knee`` needs ``knee_tokens`` (an integer >= 0).
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ from importlib import resources
 from pathlib import Path
 
 from sim.core.plan import StepPlan
-from sim.cost.features import FEATURES
+from sim.cost.features import FEATURES, OPTIONAL_FEATURES
 from sim.errors import InputError
 
 PROFILE_FORMAT = "cbsim-profile/1"
@@ -53,7 +57,7 @@ def load_profile(path: Path, *, model: str | None = None, hardware: str | None =
     coeffs = data.get("coefficients_s")
     if not isinstance(coeffs, dict):
         raise InputError(f"{path}: missing 'coefficients_s' (one per feature: {', '.join(FEATURES)})")
-    missing = [f for f in FEATURES if f not in coeffs]
+    missing = [f for f in FEATURES if f not in coeffs and f not in OPTIONAL_FEATURES]
     if missing:
         raise InputError(f"{path}: coefficients_s lacks {', '.join(missing)}")
     for name, value in coeffs.items():
@@ -61,6 +65,10 @@ def load_profile(path: Path, *, model: str | None = None, hardware: str | None =
             raise InputError(f"{path}: coefficients_s.{name} is not a feature ({', '.join(FEATURES)})")
         if not isinstance(value, int | float) or value < 0:
             raise InputError(f"{path}: coefficients_s.{name} must be a number >= 0, got {value!r}")
+    knee = data.get("knee_tokens")
+    if coeffs.get("tokens_over_knee") and (isinstance(knee, bool) or not isinstance(knee, int) or knee < 0):
+        raise InputError(f"{path}: coefficients_s.tokens_over_knee needs 'knee_tokens', an integer >= 0, "
+                         f"got {knee!r}")
     if model is not None and data.get("model") != model:
         raise InputError(
             f"{path}: profile is for model '{data.get('model')}', the scenario uses '{model}'"
@@ -78,14 +86,19 @@ class ProfileCostModel:
     def __init__(self, profile: dict) -> None:
         self.profile = profile
         c = profile["coefficients_s"]
-        self.coef = tuple(float(c[f]) for f in FEATURES)
+        self.coef = tuple(float(c.get(f, 0.0)) for f in FEATURES)
+        self.knee_tokens = int(profile.get("knee_tokens") or 0) if self.coef[6] else None
 
     def step_time(self, plan: StepPlan) -> float:
-        c0, c_pf, c_pt, c_pa, c_ds, c_dc = self.coef
+        c0, c_pf, c_pt, c_pa, c_ds, c_dc, c_knee = self.coef
         t = c0 + c_ds * plan.decode_seqs + c_dc * plan.decode_ctx_sum
         if plan.prefill_tokens:
             t += c_pf + c_pt * plan.prefill_tokens + c_pa * plan.prefill_attn_pairs
+        if c_knee:
+            over = plan.prefill_tokens + plan.decode_seqs - self.knee_tokens
+            if over > 0:
+                t += c_knee * over
         return t
 
-    def linear_coefficients(self) -> tuple[float, ...]:
-        return self.coef
+    def linear_coefficients(self) -> tuple[float, ...] | None:
+        return None if self.coef[6] else self.coef  # the knee term is piecewise
