@@ -24,7 +24,9 @@ def _group() -> None:
 
 
 def fail(message: str) -> None:
-    err_console.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
+    from rich.markup import escape
+
+    err_console.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
     raise typer.Exit(2)
 
 
@@ -64,11 +66,25 @@ def run(
     scenario: Annotated[str, typer.Argument(help="scenario YAML file")],
     out: Annotated[Path | None, typer.Option("--out", help="output folder")] = None,
     set_: Annotated[list[str] | None, typer.Option("--set", help="dotted.key=value override")] = None,
+    backend: Annotated[str, typer.Option(
+        "--backend", help="sim (the simulator) or gpu (the real engine, in real time)")] = "sim",
+    device: Annotated[str | None, typer.Option(
+        "--device", help="gpu backend: cuda or cpu (default: cuda if present)")] = None,
+    weights: Annotated[str | None, typer.Option(
+        "--weights", help="gpu backend: Hugging Face safetensors folder (default: random weights)")] = None,
+    attention: Annotated[str | None, typer.Option(
+        "--attention", help="gpu backend: torch or triton (default: triton on CUDA)")] = None,
 ) -> None:
-    """Simulate SCENARIO (every variant), print a summary table, write results and plots."""
+    """Simulate SCENARIO (every variant), print a summary table, write results and plots.
+
+    With --backend gpu each variant runs on the real engine instead (arrivals in real time)."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from sim.run import run_scenario
+    from sim.run import GpuOptions, run_scenario
+
+    if backend not in ("sim", "gpu"):
+        fail(f"--backend: '{backend}' is not one of sim, gpu")
+    gpu = GpuOptions(device, weights, attention) if backend == "gpu" else None
 
     try:
         with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
@@ -80,7 +96,7 @@ def run(
                     tasks[name] = bar.add_task(f"simulating {name}", total=total)
                 bar.update(tasks[name], completed=arrived)
 
-            sc, results, out_dir, plots = run_scenario(scenario, out, set_ or [], None, progress)
+            sc, results, out_dir, plots = run_scenario(scenario, out, set_ or [], None, progress, gpu)
     except InputError as exc:
         fail(str(exc))
     table = summary_table(sc.name, {k: r.summary for k, r in results.items()})

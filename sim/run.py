@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 
 from sim.config import Scenario, expand_variants, load_scenario
 from sim.engine import SimResult, simulate
+from sim.errors import InputError
 from sim.plots import plot_comparison, plot_latency_cdfs, plot_slot_timelines, plot_timeseries
 
 SUMMARY_COLUMNS = (
@@ -96,14 +98,54 @@ def write_plots(results: dict[str, SimResult], out: Path) -> list[Path]:
     return paths
 
 
+GPU_INSTALL_HINT = ("--backend gpu needs PyTorch: pip install 'cbsim[gpu]' "
+                    "(on a GPU host install the CUDA build of torch first)")
+
+
+@dataclass
+class GpuOptions:
+    """``cbsim run --backend gpu``: where and how the real engine runs (gpu_backend.replay)."""
+
+    device: str | None = None  # cuda or cpu; default cuda when present
+    weights: str | None = None  # Hugging Face safetensors folder; default seeded random weights
+    attention: str | None = None  # torch or triton; default triton on CUDA
+
+
+def check_gpu_backend() -> None:
+    """Raise InputError (one line, exit 2) when the GPU backend cannot be imported."""
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        raise InputError(GPU_INSTALL_HINT) from None
+
+
+def run_gpu(sc: Scenario, gpu: GpuOptions) -> SimResult:
+    """The scenario's workload replayed in real time on the backend (gpu_backend.replay)."""
+    from gpu_backend.replay import replay
+
+    if gpu.attention not in (None, "torch", "triton"):
+        raise InputError(f"--attention: '{gpu.attention}' is not one of torch, triton")
+    if gpu.device is not None and gpu.device.split(":")[0] not in ("cuda", "cpu"):
+        raise InputError(f"--device: '{gpu.device}' is not one of cuda, cpu")
+    res = replay(sc, device=gpu.device, weights=gpu.weights, attention=gpu.attention)
+    steps = res.device_step_s
+    res.summary["backend"] = {
+        "kind": "gpu", "device": gpu.device or "default", "attention": gpu.attention or "default",
+        "weights": gpu.weights or "random", "device_steps": len(steps),
+        "device_step_s_total": float(sum(steps)),
+    }
+    return res
+
+
 def run_variants(variants: dict[str, Scenario], out: Path, on_done=None,
-                 on_progress=None) -> dict[str, SimResult]:
-    """Simulate each variant; ``on_progress(name, arrived, total)`` drives a progress bar."""
+                 on_progress=None, gpu: GpuOptions | None = None) -> dict[str, SimResult]:
+    """Simulate each variant (or, with ``gpu``, run it on the real engine); ``on_progress(name,
+    arrived, total)`` drives a progress bar."""
     results: dict[str, SimResult] = {}
     for name, sc in variants.items():
         progress = None if on_progress is None else (
             lambda done, total, name=name: on_progress(name, done, total))
-        res = simulate(sc, progress=progress)
+        res = simulate(sc, progress=progress) if gpu is None else run_gpu(sc, gpu)
         results[name] = res
         write_result(res, out / name if len(variants) > 1 else out)
         if on_done:
@@ -115,10 +157,13 @@ def run_variants(variants: dict[str, Scenario], out: Path, on_done=None,
 
 
 def run_scenario(path: str, out: Path | None, overrides: list[str], on_done=None,
-                 on_progress=None):
+                 on_progress=None, gpu: GpuOptions | None = None):
+    """Load, expand and run a scenario; ``gpu`` runs it on the real engine instead."""
+    if gpu is not None:
+        check_gpu_backend()
     scenario, raw = load_scenario(path, overrides)
     variants = expand_variants(raw, path)
     out = out or Path("results") / scenario.name
-    results = run_variants(variants, out, on_done, on_progress)
+    results = run_variants(variants, out, on_done, on_progress, gpu)
     plots = write_plots(results, out)
     return scenario, results, out, plots
