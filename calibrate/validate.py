@@ -95,8 +95,11 @@ def compare(real: dict, sim: dict, roofline: dict | None) -> list[dict]:
 
 def validate_scenario(sc: Scenario, profile: str | Path, *, table=None, device: str | None = None,
                       roofline: bool = True, threads: int = 1, check_drift: bool | None = None,
-                      log=None) -> Validation:
-    """Replay ``sc`` on the backend, simulate it with ``profile`` (and the roofline), compare."""
+                      runner=None, log=None) -> Validation:
+    """Replay ``sc`` on the backend, simulate it with ``profile`` (and the roofline), compare.
+
+    ``runner``: a ModelRunner built earlier for the same model and engine shape (block size,
+    max_num_seqs), reused instead of building the model, cache and CUDA graphs again."""
     import torch
 
     from calibrate.calibration import cpu_threads
@@ -118,7 +121,12 @@ def validate_scenario(sc: Scenario, profile: str | Path, *, table=None, device: 
         log(f"replaying {len(table)} requests on the {dev} backend (real time)")
     with cpu_threads(threads, dev):
         drift = [machine_drift(profile, dev)] if check_drift else []
-        real = replay(sc, table, device=dev)
+        if runner is None:
+            real = replay(sc, table, device=dev)
+        else:
+            from gpu_backend.engine import GpuEngine
+
+            real = GpuEngine(sc, table, runner).run()
         if check_drift:
             drift.append(machine_drift(profile, dev))
     blocks = {"num_gpu_blocks_override": real.num_kv_blocks}
