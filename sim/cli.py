@@ -229,6 +229,12 @@ def calibrate(
                                       warmup=warmup, repeats=repeats, progress=progress)
     except InputError as exc:
         fail(str(exc))
+    except KeyboardInterrupt:
+        from calibrate.calibration import points_path
+
+        err_console.print(f"interrupted: the shapes measured so far are in {points_path(out)}; "
+                          "the same command resumes", highlight=False, soft_wrap=True)
+        raise typer.Exit(130) from None
     fit = profile["fit"]
     table = Table(title=f"profile {out} ({profile['provenance']['points']} shapes)")
     for col in ("region", "points", "CV mean |err|", "CV p90", "CV max"):

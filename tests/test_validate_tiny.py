@@ -87,3 +87,27 @@ def test_validate_beats_the_roofline_and_a_wrong_profile(profile_path, tmp_path)
     assert calibrated < 0.7 * roofline
     assert slowed > 2 * calibrated and slowed > BOUND
     assert abs(v.error("request_throughput")) < 0.1
+
+
+def test_cli_calibrate_then_validate(tmp_path) -> None:
+    from tests.test_cli_errors import cbsim
+
+    profile = tmp_path / "tiny.json"
+    res = cbsim("calibrate", "--model", "tiny", "--out", str(profile), "--warmup", "1", "--repeats", "3")
+    assert res.returncode == 0, res.stderr
+    assert "decode" in res.stdout and profile.exists()
+    res = cbsim("validate", SCENARIO, "--profile", str(profile), "--out", str(tmp_path / "v"),
+                "--set", "workload.num_requests=30", "--set", "workload.arrival.rate=40")
+    assert res.returncode == 0, res.stderr
+    assert "median_tpot_ms" in res.stdout and (tmp_path / "v" / "cdf_ttft.png").exists()
+
+
+def test_suite_cell_runs_on_cpu(profile_path, tmp_path) -> None:
+    from benchmarks.validate_suite import run_suite, table
+
+    rows = run_suite("tiny-cpu", str(profile_path), tmp_path, policies=["static"], loads=(0.8,),
+                     requests=40, log=lambda m: None)
+    assert len(rows) == 1 and rows[0]["rate"] == pytest.approx(0.8 * rows[0]["capacity"])
+    assert set(rows[0]["errors"]) >= {"request_throughput", "median_ttft_ms", "p99_e2el_ms"}
+    assert json.loads((tmp_path / "validate_suite.json").read_text())["cells"][0]["policy"] == "static"
+    assert table(rows, "t").row_count == 1
