@@ -73,6 +73,19 @@ def device_name(device: str) -> str:
     return f"{platform.processor() or platform.machine()} ({torch.get_num_threads()} threads)"
 
 
+def pick_device(device: str | None) -> str:
+    """``cuda`` when present unless told otherwise; asking for a GPU that is not there is one line."""
+    import torch
+
+    if device is None:
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if device not in ("cpu", "cuda"):
+        raise InputError(f"--device: '{device}' is not one of cpu, cuda")
+    if device == "cuda" and not torch.cuda.is_available():
+        raise InputError("--device cuda: no CUDA device here (torch.cuda.is_available() is False)")
+    return device
+
+
 @contextmanager
 def cpu_threads(n: int, device: str):
     """One intra-op thread by default on a CPU: on a small shared CPU, torch's thread pool
@@ -96,10 +109,9 @@ def calibrate(model: str, out: Path, *, hardware_name: str | None = None, device
               num_blocks: int | None = None, max_batch: int = 256, engine_overhead: bool = True,
               threads: int = 1, progress: Progress | None = None, plot: bool = True) -> dict:
     """Measure (or resume), fit and write the profile; returns it."""
-    import torch
 
     get_model(model)
-    dev = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    dev = pick_device(device)
     hardware = hardware_name or ("cpu" if dev == "cpu" else None)
     if hardware is None:
         raise InputError("--hardware-name: required on a GPU (the preset the profile is for, e.g. h200)")

@@ -100,9 +100,8 @@ def validate_scenario(sc: Scenario, profile: str | Path, *, table=None, device: 
 
     ``runner``: a ModelRunner built earlier for the same model and engine shape (block size,
     max_num_seqs), reused instead of building the model, cache and CUDA graphs again."""
-    import torch
 
-    from calibrate.calibration import cpu_threads
+    from calibrate.calibration import cpu_threads, pick_device
     from gpu_backend.replay import replay
     from sim.build import build_cost_model
     from sim.workload.spec import build_workload
@@ -112,11 +111,11 @@ def validate_scenario(sc: Scenario, profile: str | Path, *, table=None, device: 
     sc = sc.model_copy(update={"simulation": sc.simulation.model_copy(update={"record_token_times": True})})
     profiled = sc.model_copy(update={"cost_model": CostModelConfig(kind="profile", path=str(profile))})
     build_cost_model(profiled)  # a malformed or mismatched profile fails here, before the replay
+    dev = pick_device(device)
     if check_drift is None:
-        check_drift = (device or ("cuda" if torch.cuda.is_available() else "cpu")) == "cpu"
+        check_drift = dev == "cpu"
     if table is None:
         table = build_workload(sc.workload, sc.seed)
-    dev = device or ("cuda" if torch.cuda.is_available() else "cpu")
     if log:
         log(f"replaying {len(table)} requests on the {dev} backend (real time)")
     with cpu_threads(threads, dev):

@@ -125,3 +125,11 @@ def test_timed_shapes_build_the_plans_their_features_describe() -> None:
             backend.blocks.free(req)
     assert backend.blocks.num_free == 2048 and backend.runner.num_tracked == 0
     assert MODELS["tiny"].max_model_len == backend.max_model_len
+
+
+def test_cli_refuses_a_device_that_is_not_there(tmp_path) -> None:
+    res = cbsim("calibrate", "--model", "tiny", "--out", str(tmp_path / "p.json"), "--device", "tpu")
+    assert res.returncode == 2 and "--device: 'tpu' is not one of cpu, cuda" in res.stderr
+    if not torch.cuda.is_available():
+        res = cbsim("calibrate", "--model", "tiny", "--out", str(tmp_path / "p.json"), "--device", "cuda")
+        assert res.returncode == 2 and "no CUDA device here" in res.stderr
