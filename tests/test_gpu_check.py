@@ -17,7 +17,7 @@ PHASES = ("env", "ceilings", "build", "kernels", "runner", "decode", "prefill", 
 
 def gpu_check(out: Path, *args: str) -> tuple[subprocess.CompletedProcess, list[dict]]:
     proc = subprocess.run([sys.executable, "benchmarks/gpu_check.py", "--quick", "--out", str(out), *args],
-                          cwd=ROOT, capture_output=True, text=True, timeout=240)
+                          cwd=ROOT, capture_output=True, text=True, timeout=600)
     lines = (out / "gpu_check.jsonl").read_text().splitlines()
     return proc, [json.loads(line) for line in lines]
 
