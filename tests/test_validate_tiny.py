@@ -84,7 +84,8 @@ def test_validate_beats_the_roofline_and_a_wrong_profile(profile_path, tmp_path)
     print(f"drift {v.drift}; mean |error|: profile {calibrated:.1%}, roofline {roofline:.1%}, "
           f"3x profile {slowed:.1%}")
     assert calibrated < BOUND
-    assert calibrated < 0.7 * roofline
+    # Ignoring the profile (falling back to the roofline) would give a ratio of 1.
+    assert calibrated < 0.85 * roofline
     assert slowed > 2 * calibrated and slowed > BOUND
     assert abs(v.error("request_throughput")) < 0.1
 
