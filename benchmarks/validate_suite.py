@@ -135,6 +135,17 @@ def table(rows: list[dict], title: str):
     return t
 
 
+def plain_table(rows: list[dict]) -> str:
+    from calibrate.__main__ import text_table
+
+    headers = ["policy", "load", *(label for _, label in COLUMNS), "mean|err|", "roofline", "<=5/10%"]
+    body = [[r["policy"], f"{r['load']:.0%}",
+             *("-" if r["errors"][m] is None else f"{r['errors'][m]:+.1%}" for m, _ in COLUMNS),
+             f"{r['mean_abs_error']:.1%}", f"{r['roofline_mean_abs_error']:.1%}",
+             "yes" if r["passes_gpu_bounds"] else "no"] for r in rows]
+    return text_table(headers, body)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--size", choices=sorted(SIZES), default="tiny-cpu")
@@ -145,8 +156,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--loads", nargs="*", type=float, default=list(LOADS))
     parser.add_argument("--device")
     args = parser.parse_args(argv)
-    from rich.console import Console
-
+    try:
+        from rich.console import Console
+    except ImportError:  # the lent GPU image has no rich: a plain-text table
+        Console = None
     from sim.errors import InputError
 
     try:
@@ -156,7 +169,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     title = f"validation suite ({args.size}): simulated vs measured, relative error"
-    Console(width=160).print(table(rows, title))
+    if Console is None:
+        print(title)
+        print(plain_table(rows))
+    else:
+        Console(width=160).print(table(rows, title))
     return 0
 
 

@@ -104,7 +104,7 @@ def test_cli_calibrate_then_validate(tmp_path) -> None:
 
 
 def test_suite_cell_runs_on_cpu(profile_path, tmp_path) -> None:
-    from benchmarks.validate_suite import run_suite, table
+    from benchmarks.validate_suite import plain_table, run_suite, table
 
     rows = run_suite("tiny-cpu", str(profile_path), tmp_path, policies=["static"], loads=(0.8,),
                      requests=40, log=lambda m: None)
@@ -112,3 +112,30 @@ def test_suite_cell_runs_on_cpu(profile_path, tmp_path) -> None:
     assert set(rows[0]["errors"]) >= {"request_throughput", "median_ttft_ms", "p99_e2el_ms"}
     assert json.loads((tmp_path / "validate_suite.json").read_text())["cells"][0]["policy"] == "static"
     assert table(rows, "t").row_count == 1
+    assert plain_table(rows).splitlines()[2].startswith("static")
+
+
+def test_python_m_calibrate_runs_without_typer_or_rich(profile_path, tmp_path) -> None:
+    """The lent GPU image has neither: `python -m calibrate` and the suite print plain tables."""
+    import subprocess
+    import sys
+
+    from tests.test_cli_errors import ROOT
+
+    def run(code: str) -> subprocess.CompletedProcess:
+        block = "import sys; sys.modules['rich'] = sys.modules['typer'] = None; "
+        return subprocess.run([sys.executable, "-c", block + code], cwd=ROOT, capture_output=True, text=True,
+                              timeout=300)
+
+    out = tmp_path / "p.json"
+    res = run(f"from calibrate.__main__ import main; sys.exit(main(['profile', '--model', 'tiny', '--out', "
+              f"'{out}', '--warmup', '0', '--repeats', '2']))")
+    assert res.returncode == 0, res.stderr
+    assert "CV mean |err|" in res.stdout and out.exists()
+    res = run(f"from calibrate.__main__ import main; sys.exit(main(['validate', '{SCENARIO}', '--profile', "
+              f"'{profile_path}', '--out', '{tmp_path / 'v'}', '--set', 'workload.num_requests=20']))")
+    assert res.returncode == 0, res.stderr
+    assert "median_ttft_ms" in res.stdout and "roofline error" in res.stdout
+    res = run(f"from calibrate.__main__ import main; sys.exit(main(['validate', '{SCENARIO}', '--profile', "
+              "'profiles/h200-llama3-8b.json']))")
+    assert res.returncode == 2 and res.stderr.startswith("error: ") and "Traceback" not in res.stderr
