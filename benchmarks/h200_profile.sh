@@ -9,6 +9,8 @@
 #              (validate_suite.json, validate_suite.txt); SUITE_ARGS passes e.g. "--requests 200".
 # DEST defaults to profiles/ (the profile) and benchmarks/results/ (the reports); on a lent
 # machine pass $OUT, the folder that comes back, and copy the files into place here.
+# PROFILE=path reads (and writes) the profile there instead, e.g. a suite-only call after
+# the profile was copied into profiles/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
@@ -16,7 +18,7 @@ export PYTHONPATH=".:${PYTHONPATH:-}"
 DEST=${1:-}
 shift || true
 STEPS=${*:-profile validate suite}
-PROFILE=${DEST:-profiles}/h200-llama3-8b.json
+PROFILE=${PROFILE:-${DEST:-profiles}/h200-llama3-8b.json}
 REPORTS=${DEST:-benchmarks/results}/validation_h200
 mkdir -p "$(dirname "$PROFILE")" "$REPORTS"
 for step in $STEPS; do
