@@ -709,8 +709,8 @@ def print_summary(chk: Check) -> None:
     if c:
         lines.append(f"ceilings: copy {c['copy_TBps']:.2f} TB/s, "
                      f"bf16 matmul {c['bf16_matmul_TFLOPs']:.0f} TFLOP/s")
-    lines.append("phases: " + ", ".join(f"{p}={'ok' if phases.get(p, {}).get('ok') else 'FAIL'}"
-                                         for p in PHASES))
+    state = {p: ("ok" if r["ok"] else "FAIL") for p, r in phases.items()}
+    lines.append("phases: " + ", ".join(f"{p}={state.get(p, 'not run')}" for p in PHASES))
     rows = chk.results.get("decode", {}).get("rows", [])
     if rows:
         lines.append(f"{'batch':>5} {'ctx':>5} {'graph ms':>9} {'step ms':>8} {'floor ms':>8} "
