@@ -158,12 +158,7 @@ class GpuEngine(Simulation):
     def _finish(self, rep: Replica) -> ReplayResult:
         """As `Simulation.run` ends: unfinished requests are recorded with reason "horizon"."""
         end = self.env.now
-        self.collect(rep)
-        adm = rep.scheduler.admission
-        parked = list(adm.parked) if adm is not None else []
-        for req in [*rep.scheduler.running, *rep.scheduler.policy.waiting(), *parked]:
-            req.reason = "horizon"
-            self.records.add(req)
+        for req in self.record_unfinished(rep):
             self._forget(req)
         return ReplayResult(self.sc, self.records, self.summary(end), self.ts, self.steps,
                             rep.scheduler.blocks.num_blocks, self.tokens, self.device_step_s)

@@ -339,14 +339,21 @@ class Simulation:
         env.run(until=horizon)
         end = env.now
         for rep in self.replicas:
-            self.collect(rep)
-            adm = rep.scheduler.admission
-            parked = list(adm.parked) if adm is not None else []
-            for req in [*rep.scheduler.running, *rep.scheduler.policy.waiting(), *parked]:
-                req.reason = "horizon"
-                self.records.add(req)
+            self.record_unfinished(rep)
         return SimResult(self.sc, self.records, self.summary(end), self.ts, self.steps,
                          self.replicas[0].scheduler.blocks.num_blocks)
+
+    def record_unfinished(self, rep: Replica) -> list[Request]:
+        """At the end of a run, record what is still queued, parked or running (reason
+        "horizon") after what finished; returns those unfinished requests."""
+        self.collect(rep)
+        adm = rep.scheduler.admission
+        parked = list(adm.parked) if adm is not None else []
+        left = [*rep.scheduler.running, *rep.scheduler.policy.waiting(), *parked]
+        for req in left:
+            req.reason = "horizon"
+            self.records.add(req)
+        return left
 
     def summary(self, end: float) -> dict:
         """The run's summary metrics (``SimResult.summary``), the run having ended at ``end``."""

@@ -9,37 +9,20 @@ from sim.core.request import Request, RequestState
 from sim.core.scheduler import Scheduler, SchedulerConfig
 from sim.engine import simulate
 from tests.helpers import scenario
+from tests.policy_workloads import drive
 
 workloads = st.lists(
     st.tuples(st.floats(0, 5), st.integers(1, 300), st.integers(1, 120)), min_size=1, max_size=40
 )
 
 
-def drive(sched: Scheduler, reqs: list[Request], step: float = 0.01, max_steps: int = 100_000):
-    """Run the clock-free scheduler with a fake clock, checking block accounting every step."""
-    pending = sorted(reqs, key=lambda r: r.arrival)
-    now = 0.0
-    done: list[Request] = []
-    steps = 0
-    while pending or sched.has_work:
-        while pending and pending[0].arrival <= now:
-            sched.add_request(pending.pop(0), now)
-        plan = sched.schedule(now)
-        owned = sum(len(r.block_table) for r in sched.running)
-        assert sched.blocks.num_used == owned <= sched.blocks.num_blocks
-        assert len(sched.running) <= sched.config.max_num_seqs
-        if plan.is_empty:
-            assert not sched.running or sched.policy.holds_finished is False
-            now = pending[0].arrival if pending else now + step
-        else:
-            assert plan.num_tokens <= sched.config.max_num_batched_tokens
-            now += step
-            sched.complete(plan, now)
-        done.extend(sched.drain_finished())
-        steps += 1
-        assert steps < max_steps, "scheduler made no progress"
-    done.extend(sched.drain_finished())
-    return done
+def check_blocks_and_budget(sched: Scheduler, plan) -> None:
+    """After every schedule(): blocks owned by running requests are exactly the pool's used
+    blocks, within the pool; batch and token budget hold."""
+    owned = sum(len(r.block_table) for r in sched.running)
+    assert sched.blocks.num_used == owned <= sched.blocks.num_blocks
+    assert len(sched.running) <= sched.config.max_num_seqs
+    assert plan.num_tokens <= sched.config.max_num_batched_tokens
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -58,7 +41,7 @@ def test_every_request_ends_once_and_blocks_balance(wl, policy, num_blocks, bloc
                           enable_chunked_prefill=chunked, max_model_len=512)
     sched = Scheduler(cfg, BlockManager(num_blocks, block_size), make_policy(policy))
     reqs = [Request(i, a, p, m, record_token_times=True) for i, (a, p, m) in enumerate(wl)]
-    done = drive(sched, reqs)
+    done = drive(sched, reqs, check=check_blocks_and_budget)
     assert sorted(r.req_id for r in done) == list(range(len(reqs)))
     for r in done:
         assert r.state in (RequestState.FINISHED, RequestState.REJECTED)
