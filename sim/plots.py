@@ -12,6 +12,7 @@ import numpy as np  # noqa: E402
 from matplotlib.colors import ListedColormap  # noqa: E402
 
 from sim.engine import SimResult, StepTrace  # noqa: E402
+from sim.plots_common import save  # noqa: E402
 
 IDLE = -1
 PADDING = -2
@@ -62,10 +63,7 @@ def plot_slot_timelines(results: dict[str, SimResult], path: Path, max_steps: in
         ax.set_ylabel("batch slot")
     fig.suptitle("Batch slots over steps (colour = request, dark grey = finished but held "
                  "as padding, light grey = idle)")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save(fig, path)[0]  # PNG, plus SVG beside it
 
 
 def plot_latency_cdfs(results: dict[str, SimResult], path: Path) -> Path:
@@ -84,10 +82,7 @@ def plot_latency_cdfs(results: dict[str, SimResult], path: Path) -> Path:
         ax.set_xscale("log")
         ax.grid(alpha=0.3)
         ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save(fig, path)[0]  # PNG, plus SVG beside it
 
 
 def plot_timeseries(results: dict[str, SimResult], path: Path) -> Path:
@@ -105,10 +100,7 @@ def plot_timeseries(results: dict[str, SimResult], path: Path) -> Path:
         ax.legend(loc="upper right")
     axes[-1].set_xlabel("simulated time (s)")
     axes[0].set_title("KV usage, running batch and queue over time")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save(fig, path)[0]  # PNG, plus SVG beside it
 
 
 def plot_comparison(summaries: dict[str, dict], path: Path) -> Path:
@@ -123,7 +115,4 @@ def plot_comparison(summaries: dict[str, dict], path: Path) -> Path:
         ax.tick_params(axis="x", rotation=30)
         ax.grid(axis="y", alpha=0.3)
     fig.suptitle("Variants compared")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save(fig, path)[0]  # PNG, plus SVG beside it

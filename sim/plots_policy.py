@@ -11,6 +11,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
+from sim.plots_common import save  # noqa: E402
+
 
 def _grouped(ax, summaries: dict[str, dict], groups: list[str], value, label: str) -> None:
     names = list(summaries)
@@ -63,7 +65,4 @@ def plot_policy_comparison(summaries: dict[str, dict], path: Path) -> Path:
     ax.legend(loc="upper left", fontsize=8)
     ax2.legend(loc="upper right", fontsize=8)
     fig.suptitle("Policies compared")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save(fig, path)[0]  # PNG, plus SVG beside it
