@@ -115,10 +115,17 @@ def plan_decode_run(sched: Scheduler, plan: StepPlan, cost, now: float, next_eve
     sizes: list[int] = []
     running_after: list[int] = []
     t = now
+    # A cost model that states its decode step as c0 + c_ds * batch + c_dc * ctx (evaluated
+    # left to right, exactly as its step_time does) is evaluated inline, without the call.
+    terms = cost.decode_terms() if hasattr(cost, "decode_terms") else None
+    c0, c_ds, c_dc = terms or (0.0, 0.0, 0.0)
     for j in range(limit):
-        probe.decode_seqs = active
-        probe.decode_ctx_sum = ctx_base + active * (j + 1)
-        dt = cost.step_time(probe)
+        if terms is not None:
+            dt = c0 + c_ds * active + c_dc * (ctx_base + active * (j + 1))
+        else:
+            probe.decode_seqs = active
+            probe.decode_ctx_sum = ctx_base + active * (j + 1)
+            dt = cost.step_time(probe)
         end = t + dt
         if end >= next_event:
             break
