@@ -11,10 +11,15 @@ def scenario(**overrides) -> Scenario:
         "hardware": "h200",
         "workload": {"num_requests": 50, "arrival": {"kind": "poisson", "rate": 10}},
     }
+    return validate(with_overrides(data, **overrides), "test")
+
+
+def with_overrides(data: dict, **overrides) -> dict:
+    """``engine__max_num_seqs=8`` sets ``data["engine"]["max_num_seqs"] = 8`` (in place)."""
     for key, value in overrides.items():
         node = data
         parts = key.split("__")
         for p in parts[:-1]:
             node = node.setdefault(p, {})
         node[parts[-1]] = value
-    return validate(data, "test")
+    return data

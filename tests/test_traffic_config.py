@@ -12,17 +12,12 @@ from sim.core.scheduler import Scheduler, SchedulerConfig
 from sim.errors import InputError
 from sim.workload.clients import RetryConfig
 from sim.workload.spec import build_workload
+from tests.helpers import with_overrides
 
 
 def _sc(**extra):
     data = {"workload": {"num_requests": 200, "arrival": {"kind": "poisson", "rate": 10}}}
-    for key, value in extra.items():
-        node = data
-        parts = key.split("__")
-        for p in parts[:-1]:
-            node = node.setdefault(p, {})
-        node[parts[-1]] = value
-    return validate(data, "t.yaml")
+    return validate(with_overrides(data, **extra), "t.yaml")
 
 
 def _error(**extra) -> str:
