@@ -125,6 +125,7 @@ class Scheduler:
         running = self.running
         entries = plan.entries
         block_size = blocks.block_size
+        notify = policy.uses_on_scheduled
         i = 0
         while i < len(running) and budget > 0:
             req = running[i]
@@ -141,7 +142,8 @@ class Scheduler:
                 entries.append((req, 1))
                 plan.decode_seqs += 1
                 plan.decode_ctx_sum += computed + 1
-                policy.on_scheduled(req, 1, now)
+                if notify:
+                    policy.on_scheduled(req, 1, now)
                 budget -= 1
                 i += 1
                 continue
@@ -159,25 +161,23 @@ class Scheduler:
                         i += 1
                         continue
             total = req.num_computed_tokens + n
-            scheduled = True
-            while not blocks.can_allocate(req, total):
-                if not policy.preempts:
-                    scheduled = False
-                    break
+            # allocate() takes nothing when the blocks are not there; then preempt and retry.
+            scheduled = blocks.allocate(req, total)
+            while not scheduled and policy.preempts:
                 victim = policy.pick_victim(running[i:])
                 self._preempt(victim, now, plan)
                 if victim is req:
-                    scheduled = False
                     break
+                scheduled = blocks.allocate(req, total)
             if not scheduled:
                 if req.state == RequestState.RUNNING:
                     i += 1
                 continue
-            blocks.allocate(req, total)
             if req.num_preemptions:
                 self._note_recompute(req, req.num_computed_tokens, n, plan)
             plan.add(req, n)
-            policy.on_scheduled(req, n, now)
+            if notify:
+                policy.on_scheduled(req, n, now)
             budget -= n
             i += 1
 

@@ -57,6 +57,11 @@ class Policy:
     # Calls cap_tokens(req, n) on each prefill chunk (per-class token budgets).
     caps_tokens: ClassVar[bool] = False
 
+    @property
+    def uses_on_scheduled(self) -> bool:
+        """False when ``on_scheduled`` is the base no-op, so the loop can skip the call."""
+        return type(self).on_scheduled is not Policy.on_scheduled
+
     def __init__(self, params: PolicyParams | None = None) -> None:
         self.params = params or self.Params()
         self._waiting: deque[Request] = deque()
@@ -132,7 +137,7 @@ class Policy:
         """Decode steps done at once by the simulator's fast path: ``reqs[i]`` decoded
         ``steps[i]`` tokens. By default the same as that many ``on_scheduled`` calls
         (skipped when the policy does not use them)."""
-        if type(self).on_scheduled is not Policy.on_scheduled:
+        if self.uses_on_scheduled:
             for req, count in zip(reqs, steps, strict=True):
                 for _ in range(count):
                     self.on_scheduled(req, 1, now)
