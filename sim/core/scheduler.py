@@ -182,7 +182,7 @@ class Scheduler:
             i += 1
 
         # As in vLLM v1, nobody new is admitted in a step that had to preempt.
-        if policy.admits_continuously and len(plan.preempted) == early_preempted:
+        if policy.admits_continuously and len(plan.preempted) == early_preempted and len(policy):
             self._admit_waiting(plan, budget, now)
         return plan
 
