@@ -27,60 +27,59 @@ STR_COLUMNS = ("state", "reason", "tenant", "cls")
 
 
 class RecordSink:
-    """Rows go into one typed array per kind (floats, ints) and one list of string tuples:
-    three appends a request instead of one per column, which a million-request run feels."""
-
     def __init__(self) -> None:
-        self._floats = array("d")
-        self._ints = array("q")
-        self._strs: list[tuple[str, str, str, str]] = []
+        self.floats = {c: array("d") for c in FLOAT_COLUMNS}
+        self.ints = {c: array("q") for c in INT_COLUMNS}
+        self.strs: dict[str, list[str]] = {c: [] for c in STR_COLUMNS}
         self.token_times: dict[int, list[float]] = {}
 
     def __len__(self) -> int:
-        return len(self._strs)
+        return len(self.ints["req_id"])
 
     def add(self, req: Request) -> None:
+        f, i, s = self.floats, self.ints, self.strs
         first = req.first_token_time
         fin = req.finish_time
         out = req.num_output_tokens
-        arrival = req.arrival
-        scheduled = req.first_scheduled
-        self._floats.extend((
-            arrival,
-            NAN if scheduled is None else scheduled,
-            NAN if first is None else first,
-            NAN if fin is None else fin,
-            NAN if first is None else first - arrival,  # ttft
-            NAN if fin is None else fin - arrival,  # e2el
-            # vLLM's TPOT: time after the first token over the tokens after it.
-            (req.last_token_time - first) / (out - 1) if out > 1 else NAN,
-            req.itl_max if out > 1 else NAN,
-            NAN if scheduled is None else scheduled - arrival,  # queue_wait
-            req.gpu_ns * 1e-9,
-        ))
-        self._ints.extend((
-            req.req_id, req.replica, req.prompt_len, req.max_tokens, out, req.priority,
-            req.num_preemptions, req.computed_tokens_total, req.num_cached_tokens, req.attempt,
-            req.client_id,
-        ))
-        self._strs.append((req.state.value, req.reason, req.tenant, req.cls))
+        f["arrival"].append(req.arrival)
+        f["first_scheduled"].append(NAN if req.first_scheduled is None else req.first_scheduled)
+        f["first_token"].append(NAN if first is None else first)
+        f["finish"].append(NAN if fin is None else fin)
+        f["ttft"].append(NAN if first is None else first - req.arrival)
+        f["e2el"].append(NAN if fin is None else fin - req.arrival)
+        # vLLM's TPOT: time after the first token over the tokens after it.
+        f["tpot"].append((req.last_token_time - first) / (out - 1) if out > 1 else NAN)
+        f["itl_max"].append(req.itl_max if out > 1 else NAN)
+        f["queue_wait"].append(
+            NAN if req.first_scheduled is None else req.first_scheduled - req.arrival
+        )
+        f["gpu_seconds"].append(req.gpu_ns * 1e-9)
+        i["req_id"].append(req.req_id)
+        i["replica"].append(req.replica)
+        i["prompt_len"].append(req.prompt_len)
+        i["max_tokens"].append(req.max_tokens)
+        i["output_tokens"].append(out)
+        i["priority"].append(req.priority)
+        i["preemptions"].append(req.num_preemptions)
+        i["computed_tokens"].append(req.computed_tokens_total)
+        i["cached_tokens"].append(req.num_cached_tokens)
+        i["attempt"].append(req.attempt)
+        i["client_id"].append(req.client_id)
+        s["state"].append(req.state.value)
+        s["reason"].append(req.reason)
+        s["tenant"].append(req.tenant)
+        s["cls"].append(req.cls)
         if req.token_times is not None:
             self.token_times[req.req_id] = req.token_times
 
     def columns(self) -> dict[str, np.ndarray]:
-        n = len(self._strs)
-        floats = np.frombuffer(self._floats, dtype=np.float64).reshape(n, len(FLOAT_COLUMNS)) \
-            if n else np.zeros((0, len(FLOAT_COLUMNS)))
-        ints = np.frombuffer(self._ints, dtype=np.int64).reshape(n, len(INT_COLUMNS)) \
-            if n else np.zeros((0, len(INT_COLUMNS)), np.int64)
         cols: dict[str, np.ndarray] = {}
-        for k, name in enumerate(FLOAT_COLUMNS):
-            cols[name] = floats[:, k].copy()
-        for k, name in enumerate(INT_COLUMNS):
-            cols[name] = ints[:, k].copy()
-        strs = np.array(self._strs, dtype=object).reshape(n, len(STR_COLUMNS))
-        for k, name in enumerate(STR_COLUMNS):
-            cols[name] = strs[:, k]
+        for name, arr in self.floats.items():
+            cols[name] = np.frombuffer(arr, dtype=np.float64) if len(arr) else np.zeros(0)
+        for name, arr in self.ints.items():
+            cols[name] = np.frombuffer(arr, dtype=np.int64) if len(arr) else np.zeros(0, np.int64)
+        for name, values in self.strs.items():
+            cols[name] = np.asarray(values, dtype=object)
         return cols
 
     def to_frame(self):
