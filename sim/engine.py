@@ -86,7 +86,7 @@ def batch_kinds(plan: StepPlan) -> list[tuple[int, int, str]]:
     for r, k in plan.entries:
         if r.held:
             kind = "padding"
-        elif k == 1 and r.num_output_tokens > 0 and r.remaining_tokens == 1:
+        elif k == 1 and not r.is_prefill:
             kind = "decode"
         else:
             kind = "prefill"

@@ -66,12 +66,9 @@ def _admission_frozen(sched: Scheduler, batch: int) -> bool:
     head = sched.policy.peek(0.0)
     if head is None:
         return True
-    n = head.num_tokens - head.num_computed_tokens
-    if not cfg.enable_chunked_prefill and n > cfg.max_num_batched_tokens - batch:
+    n = sched.admission_chunk(head, head.num_computed_tokens, cfg.max_num_batched_tokens - batch)
+    if n <= 0:
         return True
-    if cfg.long_prefill_token_threshold and n > cfg.long_prefill_token_threshold:
-        n = cfg.long_prefill_token_threshold
-    n = min(n, cfg.max_num_batched_tokens - batch)
     reserve = max(sched.policy.reserve_tokens(head, n), head.num_computed_tokens + n)
     # Blocks only get scarcer during the run, so a head that cannot fit now never will.
     return not sched.blocks.can_allocate(head, reserve)

@@ -36,11 +36,8 @@ class LogHistogram:
         if len(self._values) >= self.FLUSH_AT:
             self._flush()
 
-    def add_many(self, values) -> None:
-        self._values.extend(values)
-        self._weights.extend([1] * len(values))
-        if len(self._values) >= self.FLUSH_AT:
-            self._flush()
+    def add_many(self, values: list[float]) -> None:
+        self.add_weighted(values, [1] * len(values))
 
     def add_weighted(self, values: list[float], counts: list[int]) -> None:
         """``values[i]`` seen ``counts[i]`` times each."""

@@ -72,7 +72,7 @@ def write(tmp_path, **fields) -> str:
 
 def test_profile_without_the_optional_knee_loads_and_one_with_it_steps_piecewise(tmp_path) -> None:
     model = make_cost_model("profile", get_model("tiny"), get_hardware("cpu"), write(tmp_path))
-    assert model.linear_coefficients()[-1] == 0.0
+    assert model.coef[-1] == 0.0
     knee = ProfileCostModel(load_profile(write(tmp_path, coefficients_s=BASE | {"tokens_over_knee": 1e-3},
                                                knee_tokens=100)))
     from sim.core.request import Request

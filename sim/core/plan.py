@@ -42,7 +42,7 @@ class StepPlan:
     def add(self, req: Request, num_new: int, *, padding: bool = False) -> None:
         self.entries.append((req, num_new))
         prior = req.num_computed_tokens
-        if num_new == 1 and req.num_output_tokens > 0 and req.remaining_tokens <= 1:
+        if num_new == 1 and not req.is_prefill:
             self.decode_seqs += 1
             self.decode_ctx_sum += prior + 1
             if padding:

@@ -192,7 +192,6 @@ class Scheduler:
         blocks = self.blocks
         running = self.running
         caching = self._caching
-        caps = policy.caps_tokens
         while budget > 0 and len(running) < cfg.max_num_seqs:
             req = policy.peek(now)
             if req is None or not policy.may_admit(self, req, now):
@@ -200,16 +199,9 @@ class Scheduler:
             # Prefix caching: the cached part of the prompt is not computed again.
             cached = blocks.match_prefix(req) if caching and not req.num_computed_tokens else 0
             start = req.num_computed_tokens + cached
-            n = req.num_tokens - start
-            if n > budget and not cfg.enable_chunked_prefill:
+            n = self.admission_chunk(req, start, budget)
+            if n <= 0:
                 break
-            if cfg.long_prefill_token_threshold and n > cfg.long_prefill_token_threshold:
-                n = cfg.long_prefill_token_threshold
-            n = min(n, budget)
-            if caps and n > 1:
-                n = policy.cap_tokens(req, n)
-                if n <= 0:
-                    break
             reserve = max(policy.reserve_tokens(req, n), start + n)
             ok = (blocks.allocate_cached(req, reserve, cached) if cached
                   else blocks.allocate(req, reserve))
@@ -230,6 +222,20 @@ class Scheduler:
             plan.add(req, n)
             policy.on_scheduled(req, n, now)
             budget -= n
+
+    def admission_chunk(self, req: Request, start: int, budget: int) -> int:
+        """Positions a waiting ``req`` would run from ``start`` if admitted now with ``budget``
+        tokens left; 0 when it cannot start this step."""
+        cfg = self.config
+        n = req.num_tokens - start
+        if n > budget and not cfg.enable_chunked_prefill:
+            return 0
+        if cfg.long_prefill_token_threshold and n > cfg.long_prefill_token_threshold:
+            n = cfg.long_prefill_token_threshold
+        n = min(n, budget)
+        if self.policy.caps_tokens and n > 1:
+            n = self.policy.cap_tokens(req, n)
+        return n
 
     def admit_batch(self, reqs: list[Request], now: float) -> None:
         """Move ``reqs`` (already reserved by the caller) into the running batch."""

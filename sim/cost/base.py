@@ -14,6 +14,6 @@ class CostModel(Protocol):
         """Seconds the step takes on the modelled hardware."""
         ...
 
-    def linear_coefficients(self) -> tuple[float, ...] | None:
-        """Coefficients over ``FEATURES`` when the model is linear in them (fast paths sum it)."""
-        ...
+    # Optional: ``decode_terms() -> (c0, c_ds, c_dc) | None`` when a decode-only step takes
+    # exactly ``c0 + c_ds * batch + c_dc * ctx_sum``; the simulator's fast path then evaluates
+    # it inline (see ProfileCostModel).

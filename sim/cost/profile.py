@@ -100,9 +100,6 @@ class ProfileCostModel:
                 t += c_knee * over
         return t
 
-    def linear_coefficients(self) -> tuple[float, ...] | None:
-        return None if self.coef[6] else self.coef  # the knee term is piecewise
-
     def decode_terms(self) -> tuple[float, float, float] | None:
         """(c0, c_ds, c_dc) such that a decode-only step takes exactly
         ``c0 + c_ds * batch + c_dc * ctx_sum`` (the first line of ``step_time``, same order);

@@ -32,6 +32,3 @@ class RooflineCostModel:
         if plan.prefill_tokens:
             t += self.hardware.prefill_overhead_s
         return t
-
-    def linear_coefficients(self) -> None:
-        return None  # max() of two regimes is not linear in the features

@@ -23,20 +23,15 @@ if TYPE_CHECKING:
     from sim.core.scheduler import Scheduler
 
 
-def _is_prefill(req) -> bool:
-    return req.num_computed_tokens < req.prompt_len + req.num_output_tokens - 1 \
-        or req.num_output_tokens == 0
-
-
 @register_policy("sarathi")
 class SarathiPolicy(Policy):
     def form_batch(self, sched: Scheduler, now: float) -> None:
         if len(sched.running) > 1:
-            sched.running.sort(key=_is_prefill)  # decodes (False) first, stable otherwise
+            sched.running.sort(key=lambda r: r.is_prefill)  # decodes (False) first, stable otherwise
 
 
 @register_policy("prefill_first")
 class PrefillFirstPolicy(Policy):
     def form_batch(self, sched: Scheduler, now: float) -> None:
         if len(sched.running) > 1:
-            sched.running.sort(key=lambda r: not _is_prefill(r))  # prefills first
+            sched.running.sort(key=lambda r: not r.is_prefill)  # prefills first
