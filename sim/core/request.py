@@ -114,10 +114,6 @@ class Request:
         return self.num_computed_tokens < self.num_tokens - 1 or self.num_output_tokens == 0
 
     @property
-    def done_generating(self) -> bool:
-        return self.num_output_tokens >= self.max_tokens
-
-    @property
     def is_terminal(self) -> bool:
         return self.state in TERMINAL_STATES
 
