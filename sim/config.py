@@ -233,6 +233,8 @@ def read_yaml(path: str | Path) -> dict[str, Any]:
         where = f" line {mark.line + 1}" if mark else ""
         problem = getattr(exc, "problem", None) or "malformed YAML"
         raise InputError(f"{path}{where}: {problem}") from None
+    if data is None:
+        raise InputError(f"{path}: the file is empty; a scenario needs at least a workload: block")
     if not isinstance(data, dict):
         raise InputError(f"{path}: a scenario is a YAML mapping (key: value), got {type(data).__name__}")
     return data

@@ -25,7 +25,8 @@ class ExplicitRequest(BaseModel):
 
 class WorkloadConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    num_requests: int | None = Field(None, ge=1)
+    # Generated columns take ~40 bytes a request: 10^8 is a few GB, beyond that is a typo.
+    num_requests: int | None = Field(None, ge=1, le=100_000_000)
     duration_s: float | None = Field(None, gt=0, description="generate arrivals up to this time")
     arrival: ArrivalProcess = Field(default_factory=lambda: PoissonArrival(rate=1.0))
     prompt_len: LengthDist = Field(default_factory=lambda: FixedDist(value=512))
