@@ -7,6 +7,7 @@ clock-free ``Scheduler``'s; this module only keeps time and records what happene
 
 from __future__ import annotations
 
+import math
 from bisect import bisect_left
 from dataclasses import dataclass, field
 from operator import mul
@@ -118,6 +119,30 @@ class Simulation:
         # Classes (SLOs, weights) and client behaviour: sim.workload.clients; None when unused.
         self.clients = ClientBehaviour.build(self)
         self._swap_s_per_block = swap_seconds_per_block_of(scenario)
+        # The arrival process's pending timeout, and whether arrivals are benign for the fast
+        # path (sim/fastpath.py): they only join the queue, so a decode run may straddle one.
+        self._arrival_wait: simpy.Event | None = None
+        self._benign_arrivals = self._arrivals_only_enqueue()
+
+    def _arrivals_only_enqueue(self) -> bool:
+        """True when an arrival reads nothing a running step changes and is never refused: one
+        replica, no admission control, no client timers, a state-free ``enqueue``, and every
+        request of the table within max_model_len and the KV cache."""
+        if len(self.replicas) != 1 or self.clients is not None:
+            return False
+        sched = self.replicas[0].scheduler
+        if sched.admission is not None or sched.policy.enqueue_reads_running:
+            return False
+        if not len(self.table):
+            return True
+        longest = int((self.table.prompt_len + self.table.max_tokens).max())
+        return longest <= min(sched.config.max_model_len,
+                              sched.blocks.num_blocks * sched.blocks.block_size)
+
+    def _barrier(self) -> float:
+        """When the first SimPy event that is not the next arrival fires (inf if none)."""
+        wait = self._arrival_wait
+        return min((e[0] for e in self.env._queue if e[3] is not wait), default=math.inf)
 
     # -- processes ------------------------------------------------------------------------
     def arrivals(self):
@@ -141,7 +166,8 @@ class Simulation:
                 progress(i, total)
             at = arrival[i]
             if at > env.now:
-                yield env.timeout(at - env.now)
+                self._arrival_wait = env.timeout(at - env.now)
+                yield self._arrival_wait
             req = Request(
                 i, at, prompt[i], max_tokens[i],
                 tenant="default" if tenant is None else str(tenant[i]),
@@ -208,6 +234,7 @@ class Simulation:
         blocks = sched.blocks
         sim_cfg = self.sc.simulation
         fast = not sim_cfg.exact_steps and self.steps is None
+        benign = self._benign_arrivals
         record_tokens = sim_cfg.record_token_times
         while True:
             plan = sched.schedule(env.now) if sched.has_work else None
@@ -218,7 +245,9 @@ class Simulation:
                 rep.wake = None
                 continue
             if fast:
-                run = plan_decode_run(sched, plan, cost, env.now, env.peek())
+                next_event = env.peek()
+                barrier = self._barrier() if benign and next_event < math.inf else next_event
+                run = plan_decode_run(sched, plan, cost, env.now, next_event, barrier)
                 if run is not None:
                     yield timeout_at(env, run.ends[-1])
                     apply_decode_run(sched, run, self.itl, record_tokens)
@@ -298,10 +327,13 @@ class Simulation:
         if peak > rep.kv_usage_max:
             rep.kv_usage_max = peak
         ends = run.ends
+        last = len(ends) - 1
         j = bisect_left(ends, rep.next_sample)
-        while j < len(ends):  # the first step end in each sampling interval, as stepping does
+        while j <= last:  # the first step end in each sampling interval, as stepping does
+            # Arrivals can only have joined the queue during the last step.
+            queued = rep.scheduler.num_queued if j == last else run.queued_before
             self._sample(rep, ends[j], run.usage_after[j] / num_blocks, run.running_after[j],
-                         rep.scheduler.num_queued)
+                         queued)
             j = bisect_left(ends, rep.next_sample, j + 1)
         rep.steps += run.steps
         if run.batch[0] > rep.batch_max:

@@ -14,7 +14,12 @@ A run of ``n`` steps, starting from an already scheduled pure-decode plan, is ta
     frees a slot and blocks (clients react only to refusals and timeouts, never to a finish);
   * the KV blocks the run allocates are free at its start, so no step could preempt;
   * it ends strictly before the next event in the SimPy queue (an arrival, a client timer, the
-    horizon, another replica's step), so nothing can observe the state mid-run.
+    horizon, another replica's step), so nothing can observe the state mid-run. One exception:
+    when the engine says arrivals are *benign* (they only join the waiting queue and read
+    nothing a step changes: one replica, no admission control or client timers, a policy whose
+    enqueue is state-free, no request that add_request would refuse), the run's last step may
+    be the one during which the next arrival comes: stepping, too, only sees the newcomer at
+    that step's end, where the run ends. ``barrier`` is then the first non-arrival event.
 """
 
 from __future__ import annotations
@@ -46,6 +51,7 @@ class DecodeRun:
     usage_during: list[int]  # blocks in use during each step (after its allocations)
     usage_after: list[int]  # blocks in use after each step completes (after its frees)
     running_after: list[int]  # requests still running after each step completes
+    queued_before: int  # requests queued when the run starts (arrivals may join in its last step)
 
     @property
     def steps(self) -> int:
@@ -75,15 +81,23 @@ def _admission_frozen(sched: Scheduler, batch: int) -> bool:
 
 
 def plan_decode_run(sched: Scheduler, plan: StepPlan, cost, now: float, next_event: float,
-                    ) -> DecodeRun | None:
-    """The longest safe run starting with ``plan`` (already scheduled), or None."""
+                    barrier: float | None = None) -> DecodeRun | None:
+    """The longest safe run starting with ``plan`` (already scheduled), or None.
+
+    ``next_event`` is the SimPy queue's next event; ``barrier`` (default: the same) the first
+    one that is not a benign arrival. Only the last step may end at or after ``next_event``,
+    and every step ends before ``barrier``."""
     if plan.prefill_seqs or plan.padding_seqs or plan.preempted or plan.swap_in_blocks \
             or plan.swap_out_blocks or not sched.policy.supports_decode_runs:
         return None
+    if barrier is None:
+        barrier = next_event
     batch = plan.decode_seqs
-    # Cheap exit before any O(batch) work: two steps must fit before the next event (decode
-    # steps only grow while the batch is constant; returning None is always safe).
-    if now + 2.0 * cost.step_time(plan) >= next_event:
+    # Cheap exit before any O(batch) work: the first step must end before the next event and
+    # two before the barrier (decode steps only grow while the batch is constant; returning
+    # None is always safe).
+    dt0 = cost.step_time(plan)
+    if now + dt0 >= next_event or now + 2.0 * dt0 >= barrier:
         return None
     if batch != len(sched.running) or not _admission_frozen(sched, batch):
         return None
@@ -103,6 +117,7 @@ def plan_decode_run(sched: Scheduler, plan: StepPlan, cost, now: float, next_eve
         return None
 
     # Step times from the cost model itself, on the same integer features as the stepping path.
+    decode_time = getattr(cost, "decode_time", None)
     probe = StepPlan()
     active = batch
     ctx_base = plan.decode_ctx_sum - batch  # sum of computed positions of the active requests
@@ -112,19 +127,17 @@ def plan_decode_run(sched: Scheduler, plan: StepPlan, cost, now: float, next_eve
     sizes: list[int] = []
     running_after: list[int] = []
     t = now
-    # A cost model that states its decode step as c0 + c_ds * batch + c_dc * ctx (evaluated
-    # left to right, exactly as its step_time does) is evaluated inline, without the call.
-    terms = cost.decode_terms() if hasattr(cost, "decode_terms") else None
-    c0, c_ds, c_dc = terms or (0.0, 0.0, 0.0)
     for j in range(limit):
-        if terms is not None:
-            dt = c0 + c_ds * active + c_dc * (ctx_base + active * (j + 1))
+        ctx = ctx_base + active * (j + 1)
+        if decode_time is not None:
+            dt = decode_time(active, ctx)
         else:
             probe.decode_seqs = active
-            probe.decode_ctx_sum = ctx_base + active * (j + 1)
+            probe.decode_ctx_sum = ctx
             dt = cost.step_time(probe)
         end = t + dt
-        if end >= next_event:
+        last = end >= next_event  # the next arrival comes during this step: it ends the run
+        if last and end >= barrier:
             break
         durations.append(dt)
         ends.append(end)
@@ -135,6 +148,8 @@ def plan_decode_run(sched: Scheduler, plan: StepPlan, cost, now: float, next_eve
             active -= 1
             k += 1
         running_after.append(active)
+        if last:
+            break
     n = len(durations)
     if n < MIN_RUN:
         return None
@@ -177,7 +192,7 @@ def plan_decode_run(sched: Scheduler, plan: StepPlan, cost, now: float, next_eve
         steps_of = [min(s, n) for s in steps_of]
         del durations[n:], ends[n:], sizes[n:], running_after[n:]
     return DecodeRun(reqs, computed0, steps_of, durations, ends, sizes, usage_during, usage_after,
-                     running_after)
+                     running_after, sched.num_queued)
 
 
 def apply_decode_run(sched: Scheduler, run: DecodeRun, itl_hist, record_tokens: bool) -> None:

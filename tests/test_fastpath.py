@@ -31,6 +31,8 @@ def _assert_same(fast, exact):
         assert math.isclose(x, y, rel_tol=1e-9, abs_tol=1e-12), (key, x, y)
     assert fast.timeseries.time == exact.timeseries.time
     assert fast.timeseries.kv_usage == exact.timeseries.kv_usage
+    assert fast.timeseries.running == exact.timeseries.running
+    assert fast.timeseries.waiting == exact.timeseries.waiting
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -67,3 +69,28 @@ def test_fast_path_takes_runs_on_a_busy_server():
                             "output_len": {"kind": "fixed", "value": 300}})
     fast, exact = _pair(sc)
     _assert_same(fast, exact)
+
+
+def test_runs_straddle_benign_arrivals_only(monkeypatch):
+    """A run may end with the step an arrival lands in (one replica, FCFS), never past any other
+    event; fair share reads running state on enqueue, so its runs stop short of arrivals."""
+    import sim.engine as engine
+
+    seen = []
+
+    def spy(sched, plan, cost, now, next_event, barrier=None):
+        run = plan_decode_run(sched, plan, cost, now, next_event, barrier)
+        if run is not None:
+            seen.append((run.ends[-1] >= next_event, run.ends[-1] < (barrier or next_event)))
+        return run
+
+    plan_decode_run = engine.plan_decode_run
+    monkeypatch.setattr(engine, "plan_decode_run", spy)
+    work = {"num_requests": 200, "arrival": {"kind": "poisson", "rate": 5},
+            "prompt_len": {"kind": "fixed", "value": 500},
+            "output_len": {"kind": "fixed", "value": 300}}
+    _assert_same(*_pair(scenario(workload=work)))
+    assert any(straddles for straddles, _ in seen) and all(before for _, before in seen)
+    seen.clear()
+    _assert_same(*_pair(scenario(workload=work, policy={"name": "fair"})))
+    assert seen and not any(straddles for straddles, _ in seen)

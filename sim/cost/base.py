@@ -14,6 +14,5 @@ class CostModel(Protocol):
         """Seconds the step takes on the modelled hardware."""
         ...
 
-    # Optional: ``decode_terms() -> (c0, c_ds, c_dc) | None`` when a decode-only step takes
-    # exactly ``c0 + c_ds * batch + c_dc * ctx_sum``; the simulator's fast path then evaluates
-    # it inline (see ProfileCostModel).
+    # Optional: ``decode_time(batch, ctx_sum) -> float``, exactly ``step_time`` of a decode-only
+    # plan with those aggregates (same float operations); the simulator's fast path uses it.

@@ -100,10 +100,12 @@ class ProfileCostModel:
                 t += c_knee * over
         return t
 
-    def decode_terms(self) -> tuple[float, float, float] | None:
-        """(c0, c_ds, c_dc) such that a decode-only step takes exactly
-        ``c0 + c_ds * batch + c_dc * ctx_sum`` (the first line of ``step_time``, same order);
-        None when the knee term applies. The simulator's fast path relies on it."""
-        if self.coef[6]:
-            return None
-        return self.coef[0], self.coef[4], self.coef[5]
+    def decode_time(self, batch: int, ctx_sum: int) -> float:
+        """``step_time`` of a decode-only step, by the same float operations (the fast path)."""
+        c0, _, _, _, c_ds, c_dc, c_knee = self.coef
+        t = c0 + c_ds * batch + c_dc * ctx_sum
+        if c_knee:
+            over = batch - self.knee_tokens
+            if over > 0:
+                t += c_knee * over
+        return t

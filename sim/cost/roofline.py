@@ -20,15 +20,27 @@ class RooflineCostModel:
         self._flops_rate = hardware.matmul_flops * hardware.compute_efficiency
         self._bytes_rate = hardware.hbm_bandwidth * hardware.memory_efficiency
         self._weight_s = model.weight_bytes / self._bytes_rate
+        # The model's derived sizes, once: step_time runs for every simulated step.
+        self._flops_per_token = model.flops_per_token
+        self._attn_flops_per_pair = model.attn_flops_per_pair
+        self._kv_bytes_per_token = model.kv_bytes_per_token
+        self._step_overhead_s = hardware.step_overhead_s
+        self._prefill_overhead_s = hardware.prefill_overhead_s
 
     def step_time(self, plan: StepPlan) -> float:
-        m = self.model
         tokens = plan.prefill_tokens + plan.decode_seqs
         pairs = plan.prefill_attn_pairs + plan.decode_ctx_sum
-        flops = m.flops_per_token * tokens + m.attn_flops_per_pair * pairs
-        kv_bytes = m.kv_bytes_per_token * (plan.decode_ctx_sum + tokens)
+        flops = self._flops_per_token * tokens + self._attn_flops_per_pair * pairs
+        kv_bytes = self._kv_bytes_per_token * (plan.decode_ctx_sum + tokens)
         t = max(flops / self._flops_rate, self._weight_s + kv_bytes / self._bytes_rate)
-        t += self.hardware.step_overhead_s
+        t += self._step_overhead_s
         if plan.prefill_tokens:
-            t += self.hardware.prefill_overhead_s
+            t += self._prefill_overhead_s
         return t
+
+    def decode_time(self, batch: int, ctx_sum: int) -> float:
+        """``step_time`` of a decode-only step, by the same float operations (the fast path)."""
+        flops = self._flops_per_token * batch + self._attn_flops_per_pair * ctx_sum
+        kv_bytes = self._kv_bytes_per_token * (ctx_sum + batch)
+        t = max(flops / self._flops_rate, self._weight_s + kv_bytes / self._bytes_rate)
+        return t + self._step_overhead_s

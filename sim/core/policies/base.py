@@ -53,6 +53,9 @@ class Policy:
     # The simulator may advance runs of pure decode steps in closed form (sim/fastpath.py);
     # a policy whose decisions depend on each decode step's timing sets this False.
     supports_decode_runs: ClassVar[bool] = True
+    # ``enqueue`` reads state that running steps change (fair share's counters): an arrival
+    # must then not land inside a fast-path decode run, whose state is applied at its end.
+    enqueue_reads_running: ClassVar[bool] = False
 
     # Calls cap_tokens(req, n) on each prefill chunk (per-class token budgets).
     caps_tokens: ClassVar[bool] = False

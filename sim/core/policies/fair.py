@@ -34,6 +34,7 @@ class FairParams(PolicyParams):
 @register_policy("fair")
 class FairPolicy(Policy):
     Params = FairParams
+    enqueue_reads_running = True  # a returning tenant is lifted to the active minimum
     fixed_order = False  # counters grow with every decode step, so the head can change
 
     def __init__(self, params: PolicyParams | None = None) -> None:
