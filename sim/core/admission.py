@@ -34,7 +34,7 @@ PARKED = object()
 class BackgroundPauseConfig(BaseModel):
     """When to pause background classes (any threshold crossed) and when to resume (all below)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
     pause_waiting_over: int | None = Field(None, ge=1, description="requests waiting in the queue")
     pause_queue_wait_over_s: float | None = Field(
         None, gt=0, description="how long the request at the head of the queue has waited")
@@ -53,7 +53,7 @@ class BackgroundPauseConfig(BaseModel):
 class AdmissionConfig(BaseModel):
     """The ``admission:`` block of a scenario (TGI / vLLM front-end limits)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
     max_queue_len: int | None = Field(
         None, ge=0, description="requests waiting beyond this are refused with 429")
     max_active_seqs: int | None = Field(

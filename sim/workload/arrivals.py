@@ -9,7 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 
 class _Arrival(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
     start_s: float = Field(0.0, ge=0)
 
     def times(self, rng: np.random.Generator, n: int) -> np.ndarray:

@@ -26,7 +26,7 @@ SHARE_TOLERANCE = 1e-6
 class SLO(BaseModel):
     """A finished request meets its class's SLO when it is within every threshold given."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
     ttft_s: float | None = Field(None, gt=0)
     tpot_s: float | None = Field(None, gt=0)
     e2el_s: float | None = Field(None, gt=0)
@@ -44,7 +44,7 @@ class SLO(BaseModel):
 
 
 class RequestClass(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
     name: str = Field(min_length=1)
     tenant: str | None = Field(
         None, description="owner; default: the trace's tenant column, else 'default'")

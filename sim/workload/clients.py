@@ -30,7 +30,7 @@ DISCONNECTED = "client disconnected"
 
 
 class _Delay(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
 
     def sample(self, rng: np.random.Generator) -> float:
         raise NotImplementedError
@@ -93,7 +93,7 @@ def _number_is_fixed(value):
 class DisconnectConfig(BaseModel):
     """A share of clients hangs up after a delay, whatever state their request is in."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
     probability: float = Field(1.0, ge=0, le=1)
     after_s: DelayDist
 
@@ -106,7 +106,7 @@ class DisconnectConfig(BaseModel):
 
 
 class RetryConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
     when: list[Literal["429", "timeout"]] = Field(
         default_factory=lambda: ["429", "timeout"], description="outcomes that are retried")
     max_attempts: int | None = Field(
@@ -131,7 +131,7 @@ class RetryConfig(BaseModel):
 class ClientConfig(BaseModel):
     """The ``clients:`` block: what clients do while they wait."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
     streaming: bool = Field(
         True, description="tokens reach the client as produced; false: only the whole answer")
     patience_s: DelayDist | None = Field(

@@ -12,7 +12,7 @@ from sim.errors import InputError
 
 
 class _Dist(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
     min: int = Field(1, ge=1)
     max: int | None = Field(None, ge=1)
 
@@ -117,7 +117,7 @@ class EmpiricalDist(_Dist):
 
 
 class MixtureComponent(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
     weight: float = Field(gt=0)
     dist: LengthDist
 
@@ -142,4 +142,3 @@ LengthDist = Annotated[
     Union[FixedDist, UniformDist, LognormalDist, ZipfDist, EmpiricalDist, MixtureDist],  # noqa: UP007
     Field(discriminator="kind"),
 ]
-MixtureComponent.model_rebuild()

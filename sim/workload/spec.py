@@ -15,7 +15,7 @@ from sim.workload.table import RequestTable
 
 
 class ExplicitRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
     arrival: float = Field(0.0, ge=0)
     prompt_len: int = Field(ge=1)
     max_tokens: int = Field(ge=1)
@@ -24,7 +24,7 @@ class ExplicitRequest(BaseModel):
 
 
 class WorkloadConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
     # Generated columns take ~40 bytes a request: 10^8 is a few GB, beyond that is a typo.
     num_requests: int | None = Field(None, ge=1, le=100_000_000)
     duration_s: float | None = Field(None, gt=0, description="generate arrivals up to this time")

@@ -31,7 +31,7 @@ class PolicyParams(BaseModel):
     1, which may). Unset keeps the policy's own default.
     """
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
     reserve: Literal["optimistic", "conservative"] | None = None
     reserve_ratio: float = Field(1.0, gt=0, le=1)
 
