@@ -13,13 +13,15 @@ from dataclasses import dataclass, field
 from operator import mul
 
 import simpy
+from simpy.core import URGENT
 
 from sim.build import build_cost_model, build_scheduler, check_explicit_requests, swap_seconds_per_block_of
 from sim.config import Scenario
 from sim.core.plan import StepPlan
 from sim.core.request import Request, RequestState
 from sim.core.scheduler import Scheduler
-from sim.fastpath import DecodeRun, apply_decode_run, plan_decode_run, timeout_at
+from sim.fastpath import FastRun, apply_run, plan_run, timeout_at
+from sim.feed import ArrivalFeed
 from sim.metrics import LogHistogram, summarize
 from sim.records import RecordSink
 from sim.router import make_router
@@ -95,15 +97,12 @@ def batch_kinds(plan: StepPlan) -> list[tuple[int, int, str]]:
     return out
 
 
-PROGRESS_EVERY = 2000
-
-
 class Simulation:
     def __init__(self, scenario: Scenario, table: RequestTable, num_replicas: int | None = None,
                  progress=None) -> None:
         self.sc = scenario
         self.table = table
-        # progress(arrived, total), called every PROGRESS_EVERY arrivals (a progress bar).
+        # progress(arrived, total), called every sim.feed.PROGRESS_EVERY arrivals (a progress bar).
         self.progress = progress
         self.env = simpy.Environment()
         self.cost = build_cost_model(scenario)
@@ -119,8 +118,10 @@ class Simulation:
         # Classes (SLOs, weights) and client behaviour: sim.workload.clients; None when unused.
         self.clients = ClientBehaviour.build(self)
         self._swap_s_per_block = swap_seconds_per_block_of(scenario)
+        arrival, self.make_request = self._request_maker()
+        self.feed = ArrivalFeed(arrival, self.make_request, progress)
         # The arrival process's pending timeout, and whether arrivals are benign for the fast
-        # path (sim/fastpath.py): they only join the queue, so a decode run may straddle one.
+        # path (sim/fastpath.py): they only join the queue, so a run may straddle or take them.
         self._arrival_wait: simpy.Event | None = None
         self._benign_arrivals = self._arrivals_only_enqueue()
 
@@ -146,8 +147,26 @@ class Simulation:
 
     # -- processes ------------------------------------------------------------------------
     def arrivals(self):
-        """The SimPy process that submits the table's requests at their arrival times."""
+        """The SimPy process that submits the table's requests at their arrival times.
+
+        Arrivals fire with SimPy's URGENT priority: one due at the very moment a step ends is
+        queued before that step's end is handled, in every path (the fast path relies on it).
+        A replica's fast-path run may take arrivals from the feed itself; this process then
+        wakes at a time it no longer needs and moves on to the next arrival not taken."""
         env = self.env
+        feed = self.feed
+        while feed.cursor < feed.total:
+            when = feed.next_time()
+            if when > env.now:
+                self._arrival_wait = timeout_at(env, when, URGENT)
+                yield self._arrival_wait
+                continue
+            i = feed.cursor
+            feed.take(i + 1, when)
+            self.admit_new(self.make_request(i))
+
+    def _request_maker(self):
+        """``make_request(i)``: the table's row ``i`` as a new Request."""
         t = self.table
         record_times = self.sc.simulation.record_token_times
         # Plain lists: indexing numpy arrays one scalar at a time is slow on a million rows.
@@ -159,17 +178,10 @@ class Simulation:
         prio = None if t.priority is None else t.priority.tolist()
         hashes = t.hash_ids
         session = t.session
-        progress = self.progress
-        total = len(t)
-        for i in range(total):
-            if progress is not None and i % PROGRESS_EVERY == 0:
-                progress(i, total)
-            at = arrival[i]
-            if at > env.now:
-                self._arrival_wait = env.timeout(at - env.now)
-                yield self._arrival_wait
-            req = Request(
-                i, at, prompt[i], max_tokens[i],
+
+        def make_request(i: int) -> Request:
+            return Request(
+                i, arrival[i], prompt[i], max_tokens[i],
                 tenant="default" if tenant is None else str(tenant[i]),
                 cls="default" if cls is None else str(cls[i]),
                 priority=0 if prio is None else prio[i],
@@ -177,7 +189,8 @@ class Simulation:
                 session=None if session is None else session[i],
                 record_token_times=record_times,
             )
-            self.admit_new(req)
+
+        return arrival, make_request
 
     def admit_new(self, req: Request) -> None:
         """A new attempt arrives now: stamp its class, submit it, arm its client timers."""
@@ -219,13 +232,18 @@ class Simulation:
 
     def submit(self, req: Request) -> None:
         rep = self.route(req)
-        req.replica = rep.index
-        rep.outstanding += 1
-        rep.routed += 1
+        self._count_in(rep, req)
         rep.scheduler.add_request(req, self.env.now)
         self.collect(rep)
         if rep.wake is not None and not rep.wake.triggered:
             rep.wake.succeed()
+
+    @staticmethod
+    def _count_in(rep: Replica, req: Request) -> None:
+        """``req`` is routed to ``rep`` (and counts as outstanding there until recorded)."""
+        req.replica = rep.index
+        rep.outstanding += 1
+        rep.routed += 1
 
     def _replica_loop(self, rep: Replica):
         env = self.env
@@ -235,6 +253,7 @@ class Simulation:
         sim_cfg = self.sc.simulation
         fast = not sim_cfg.exact_steps and self.steps is None
         benign = self._benign_arrivals
+        feed = self.feed if benign else None
         record_tokens = sim_cfg.record_token_times
         while True:
             plan = sched.schedule(env.now) if sched.has_work else None
@@ -247,10 +266,12 @@ class Simulation:
             if fast:
                 next_event = env.peek()
                 barrier = self._barrier() if benign and next_event < math.inf else next_event
-                run = plan_decode_run(sched, plan, cost, env.now, next_event, barrier)
+                run = plan_run(sched, plan, cost, env.now, next_event, barrier, feed)
                 if run is not None:
                     yield timeout_at(env, run.ends[-1])
-                    apply_decode_run(sched, run, self.itl, record_tokens)
+                    for req in run.joined:  # arrivals the run took from the feed
+                        self._count_in(rep, req)
+                    apply_run(sched, run, self.itl, record_tokens)
                     self._account_run(rep, run)
                     self.collect(rep)
                     continue
@@ -312,17 +333,18 @@ class Simulation:
             self._sample(rep, now, sched.blocks.usage, len(sched.running), sched.num_queued)
         self.collect(rep)
 
-    def _account_run(self, rep: Replica, run: DecodeRun) -> None:
-        """The bookkeeping of ``account_step`` for every step of a fast-path decode run.
+    def _account_run(self, rep: Replica, run: FastRun) -> None:
+        """The bookkeeping of ``account_step`` for every step of a fast-path run.
 
         Sums run in C (``sum``/``map``); they may differ from step-by-step accumulation in the
         last bits, which only the run-level aggregates (busy fraction, mean KV use) see.
         """
         num_blocks = rep.scheduler.blocks.num_blocks
         durations = run.durations
+        batch = run.batch
         rep.busy_time += sum(durations)
         rep.kv_usage_integral += sum(map(mul, run.usage_during, durations)) / num_blocks
-        rep.batch_integral += sum(map(mul, run.batch, durations))
+        rep.batch_integral += sum(map(mul, batch, durations))
         peak = max(run.usage_during) / num_blocks
         if peak > rep.kv_usage_max:
             rep.kv_usage_max = peak
@@ -330,14 +352,19 @@ class Simulation:
         last = len(ends) - 1
         j = bisect_left(ends, rep.next_sample)
         while j <= last:  # the first step end in each sampling interval, as stepping does
-            # Arrivals can only have joined the queue during the last step.
-            queued = rep.scheduler.num_queued if j == last else run.queued_before
+            # Queued at step j's end: those the run admits at step j + 1; after its last step,
+            # whoever is waiting now (arrivals during that step).
+            if j < last:
+                queued = run.queued_before + batch[j + 1] - run.decoders[j + 1]
+            else:
+                queued = rep.scheduler.num_queued
             self._sample(rep, ends[j], run.usage_after[j] / num_blocks, run.running_after[j],
                          queued)
             j = bisect_left(ends, rep.next_sample, j + 1)
         rep.steps += run.steps
-        if run.batch[0] > rep.batch_max:
-            rep.batch_max = run.batch[0]
+        top = max(batch)
+        if top > rep.batch_max:
+            rep.batch_max = top
 
     def _sample(self, rep: Replica, now: float, usage: float, running: int, waiting: int) -> None:
         """One time-series point of this replica, taken at its first step end in each interval."""

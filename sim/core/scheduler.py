@@ -210,15 +210,11 @@ class Scheduler:
             policy.pop(req)
             if req.state == RequestState.SWAPPED:
                 plan.swap_in_blocks += self.swap.swap_in(req)
-            if req.first_scheduled is None:
-                self.prefix_query_tokens += req.prompt_len
-                self.prefix_hit_tokens += cached
-                req.num_cached_tokens = cached
             if cached:
                 req.num_computed_tokens = cached
             if req.num_preemptions:
                 self._note_recompute(req, start, n, plan)
-            self._start(req, now)
+            self._begin(req, cached, now)
             plan.add(req, n)
             policy.on_scheduled(req, n, now)
             budget -= n
@@ -289,7 +285,24 @@ class Scheduler:
         done, self.finished = self.finished, []
         return done
 
+    def admit_arrival(self, req: Request, reserve: int, now: float) -> None:
+        """Admit a request that has just arrived straight into the batch at ``now``, holding KV
+        for ``reserve`` positions: what ``_admit_waiting`` does for the head of an otherwise
+        empty FIFO queue. The simulator's fast path calls it after checking, as that loop
+        would, that the prompt fits this step's budget and the blocks are free."""
+        if not self.blocks.allocate(req, reserve):
+            raise RuntimeError(f"request {req.req_id}: {reserve} positions of KV are not free")
+        self._begin(req, 0, now)
+
     # -- transitions ----------------------------------------------------------------------
+    def _begin(self, req: Request, cached: int, now: float) -> None:
+        """An admitted request starts running; its first admission counts prefix-cache hits."""
+        if req.first_scheduled is None:
+            self.prefix_query_tokens += req.prompt_len
+            self.prefix_hit_tokens += cached
+            req.num_cached_tokens = cached
+        self._start(req, now)
+
     def _start(self, req: Request, now: float) -> None:
         req.state = RequestState.RUNNING
         if req.first_scheduled is None:
