@@ -12,6 +12,7 @@ from bisect import bisect_left
 from dataclasses import dataclass, field
 from operator import mul
 
+import numpy as np
 import simpy
 from simpy.core import URGENT
 
@@ -124,26 +125,35 @@ class Simulation:
         # path (sim/fastpath.py): they only join the queue, so a run may straddle or take them.
         self._arrival_wait: simpy.Event | None = None
         self._benign_arrivals = self._arrivals_only_enqueue()
+        self._refused = self._refused_arrivals() if self._benign_arrivals else []
 
     def _arrivals_only_enqueue(self) -> bool:
-        """True when an arrival reads nothing a running step changes and is never refused: one
-        replica, no admission control, no client timers, a state-free ``enqueue``, and every
-        request of the table within max_model_len and the KV cache."""
+        """True when an arrival reads nothing a running step changes: one replica, no
+        admission control, no client timers, a state-free ``enqueue``."""
         if len(self.replicas) != 1 or self.clients is not None:
             return False
         sched = self.replicas[0].scheduler
-        if sched.admission is not None or sched.policy.enqueue_reads_running:
-            return False
-        if not len(self.table):
-            return True
-        longest = int((self.table.prompt_len + self.table.max_tokens).max())
-        return longest <= min(sched.config.max_model_len,
-                              sched.blocks.num_blocks * sched.blocks.block_size)
+        return sched.admission is None and not sched.policy.enqueue_reads_running
+
+    def _refused_arrivals(self) -> list[int]:
+        """Rows ``add_request`` will refuse on arrival (longer than max_model_len or the whole
+        KV cache): recording one is an event a fast-path run must not pass."""
+        sched = self.replicas[0].scheduler
+        limit = min(sched.config.max_model_len, sched.blocks.num_blocks * sched.blocks.block_size)
+        return np.flatnonzero(self.table.prompt_len + self.table.max_tokens > limit).tolist()
 
     def _barrier(self) -> float:
-        """When the first SimPy event that is not the next arrival fires (inf if none)."""
+        """When the first SimPy event that is not the next arrival fires, or a little before
+        the next arrival that will be refused (inf if none)."""
         wait = self._arrival_wait
-        return min((e[0] for e in self.env._queue if e[3] is not wait), default=math.inf)
+        first = min((e[0] for e in self.env._queue if e[3] is not wait), default=math.inf)
+        refused = self._refused
+        k = bisect_left(refused, self.feed.cursor)
+        if k < len(refused):
+            # Its event fires within an ulp of its table time; stopping short is always safe.
+            at = self.feed.arrival[refused[k]]
+            first = min(first, at - abs(at) * 1e-12)
+        return first
 
     # -- processes ------------------------------------------------------------------------
     def arrivals(self):

@@ -40,6 +40,7 @@ from heapq import heappush
 from itertools import accumulate
 from operator import sub
 
+import numpy as np
 from simpy.core import NORMAL
 from simpy.events import Event
 
@@ -234,9 +235,47 @@ def plan_run(sched: Scheduler, plan: StepPlan, cost, now: float, next_event: flo
     pop_finishes, pop_crossings = finish_at.pop, crossings.pop
     max_seqs = cfg.max_num_seqs
     max_tokens = cfg.max_num_batched_tokens
+    if decode_time is None:
+        def decode_time(n_dec: int, ctx: int) -> float:
+            probe.decode_seqs = n_dec
+            probe.decode_ctx_sum = ctx
+            probe.prefill_seqs = probe.prefill_tokens = probe.prefill_attn_pairs = 0
+            return cost.step_time(probe)
+    stopped = False
     t = now
     j = 0
     while True:
+        if not n_new:
+            # Quiet steps: the same members decode, nobody finishes after the step and no
+            # arrival is due by its end; only blocks are taken. The loop below does the rest.
+            quiet_end = min(barrier, last_before, next_arrival)
+            q0 = len(ends)
+            while True:
+                end = t + dt
+                if end >= quiet_end or j in finish_at or j + 1 >= max_steps:
+                    break
+                add_duration(dt)
+                add_end(end)
+                add_during(used)
+                t = end
+                j += 1
+                cross = pop_crossings(j, 0)
+                if cross:
+                    if cross > num_blocks - used:
+                        stopped = True  # a decode would preempt: the scheduler decides
+                        break
+                    used += cross
+                dt = decode_time(alive, ctx_base + alive * (j + 1))
+            quiet = len(ends) - q0
+            if quiet:
+                same = [alive] * quiet
+                sizes.extend(same)
+                decoders.extend(same)
+                tokens.extend(same)
+                running_after.extend(same)
+                usage_after.extend(usage_during[q0:])
+            if stopped:
+                break
         end = t + dt
         if end >= barrier:
             break
@@ -329,13 +368,7 @@ def plan_run(sched: Scheduler, plan: StepPlan, cost, now: float, next_event: flo
             dt = cost.step_time(probe)
             step_tokens = n_dec + new_tokens
         else:
-            if decode_time is not None:
-                dt = decode_time(n_dec, ctx)
-            else:
-                probe.decode_seqs = n_dec
-                probe.decode_ctx_sum = ctx
-                probe.prefill_seqs = probe.prefill_tokens = probe.prefill_attn_pairs = 0
-                dt = cost.step_time(probe)
+            dt = decode_time(n_dec, ctx)
             step_tokens = n_dec
     n = len(durations)
     if n < MIN_RUN:
@@ -359,8 +392,12 @@ def apply_run(sched: Scheduler, run: FastRun, itl_hist, record_tokens: bool) -> 
     gaps = list(map(sub, ends[1:], ends))  # the same float subtraction as stepping does
     # GPU time each request is charged, as the stepping path does: a step's time split over
     # its positions in whole nanoseconds; prefix sums of a decode token's share.
-    units = [0, *accumulate(int(dt / size * 1e9 + 0.5)
-                            for dt, size in zip(durations, tokens, strict=True))]
+    if n > 64:  # the same float operations, elementwise in numpy; floor is int() here (> 0)
+        shares = np.floor(np.divide(durations, tokens) * 1e9 + 0.5).astype(np.int64)
+        units = [0, *np.cumsum(shares).tolist()]
+    else:
+        units = [0, *accumulate(int(dt / size * 1e9 + 0.5)
+                                for dt, size in zip(durations, tokens, strict=True))]
     blocks = sched.blocks
     bs = blocks.block_size
     members = run.members

@@ -20,6 +20,8 @@ def _pair(sc):
 def _assert_same(fast, exact):
     a, b = fast.frame(), exact.frame()
     assert a.equals(b), (a.compare(b) if a.shape == b.shape else (a.shape, b.shape))
+    # Recorded in the same order too (the summary's means sum the columns in that order).
+    assert fast.records.ints["req_id"] == exact.records.ints["req_id"]
     for key in ("completed", "steps", "preemptions", "max_running_batch", "total_output_tokens"):
         assert fast.summary[key] == exact.summary[key], key
     for key in ("gpu_busy_fraction", "kv_usage_mean", "kv_usage_max", "mean_itl_ms", "p99_itl_ms",
@@ -107,6 +109,20 @@ def test_runs_admitting_arrivals_match_exact_steps(seed, policy, arrival, rate, 
     _assert_same(fast, exact)
     for rid, times in exact.records.token_times.items():
         assert fast.records.token_times[rid] == times
+
+
+def test_refused_arrival_stops_a_run():
+    """A request longer than max_model_len is refused on arrival, mid-traffic: runs end before
+    it (its record comes between the others'), and never admit it themselves."""
+    sc = scenario(engine={"max_num_seqs": 16, "max_model_len": 2048},
+                  workload={"num_requests": 300, "arrival": {"kind": "poisson", "rate": 4},
+                            "prompt_len": {"kind": "fixed", "value": 200},
+                            "output_len": {"kind": "lognormal", "median": 60, "sigma": 1.5,
+                                           "max": 3000}},
+                  simulation={"record_token_times": True})
+    fast, exact = _pair(sc)
+    _assert_same(fast, exact)
+    assert 0 < fast.summary["count_by_state"]["rejected"] < 20
 
 
 def test_arrival_at_a_step_end_joins_that_step():
