@@ -52,6 +52,9 @@ from sim.core.scheduler import Scheduler
 from sim.feed import ArrivalFeed
 
 MIN_RUN = 2  # a run of one step is just a step
+# Longest run: its per-step lists are the fast path's only memory that grows with a run, so
+# a day-long busy stretch is cut into pieces of bounded size (a cut changes no result).
+MAX_RUN = 1 << 16
 # Hooks whose base versions make admission plain first come, first served.
 _FIFO_HOOKS = ("enqueue", "peek", "pop", "may_admit", "form_batch", "on_scheduled", "cap_tokens")
 
@@ -181,8 +184,9 @@ def plan_run(sched: Scheduler, plan: StepPlan, cost, now: float, next_event: flo
         max_steps = min(steps_of) - 1  # stop before anyone finishes: a finish changes admission
         if max_steps < MIN_RUN:
             return None
+        max_steps = min(max_steps, MAX_RUN)
     else:
-        max_steps = math.inf  # everyone may finish; the run ends when nobody is left
+        max_steps = MAX_RUN  # everyone may finish; the run ends when nobody is left
     # A decode has c positions before step 0, so c + j before step j; a prompt finishing in
     # step 0 has prompt_len - 1 + j from step 1 on. Decoding in step j, a member attends
     # offset + j + 1 keys.
@@ -307,8 +311,9 @@ def plan_run(sched: Scheduler, plan: StepPlan, cost, now: float, next_event: flo
         if fin is not None:
             for m in fin:  # finishes at the end of step j: its blocks go back
                 alive -= 1
-                ctx_base -= offset[m]
-                need = blocks_for(offset[m] + j + 1, bs)
+                off = offset[m]
+                ctx_base -= off
+                need = -(-(off + j + 1) // bs)  # blocks_for(its positions)
                 used -= need if need > held[m] else held[m]
             finish_order.extend(fin)
         add_after(used)

@@ -32,43 +32,51 @@ class RecordSink:
         self.ints = {c: array("q") for c in INT_COLUMNS}
         self.strs: dict[str, list[str]] = {c: [] for c in STR_COLUMNS}
         self.token_times: dict[int, list[float]] = {}
+        self._float_appends = tuple(self.floats[c].append for c in FLOAT_COLUMNS)
+        self._int_appends = tuple(self.ints[c].append for c in INT_COLUMNS)
+        self._str_appends = tuple(self.strs[c].append for c in STR_COLUMNS)
 
     def __len__(self) -> int:
         return len(self.ints["req_id"])
 
     def add(self, req: Request) -> None:
-        f, i, s = self.floats, self.ints, self.strs
+        # Bound appends in column order, fetched once per call: this runs for every request.
+        (arrival, first_scheduled, first_token, finish, ttft, e2el, tpot, itl_max, queue_wait,
+         gpu_seconds) = self._float_appends
+        (req_id, replica, prompt_len, max_tokens, output_tokens, priority, preemptions,
+         computed_tokens, cached_tokens, attempt, client_id) = self._int_appends
+        state, reason, tenant, cls = self._str_appends
         first = req.first_token_time
         fin = req.finish_time
+        sched = req.first_scheduled
         out = req.num_output_tokens
-        f["arrival"].append(req.arrival)
-        f["first_scheduled"].append(NAN if req.first_scheduled is None else req.first_scheduled)
-        f["first_token"].append(NAN if first is None else first)
-        f["finish"].append(NAN if fin is None else fin)
-        f["ttft"].append(NAN if first is None else first - req.arrival)
-        f["e2el"].append(NAN if fin is None else fin - req.arrival)
+        at = req.arrival
+        arrival(at)
+        first_scheduled(NAN if sched is None else sched)
+        first_token(NAN if first is None else first)
+        finish(NAN if fin is None else fin)
+        ttft(NAN if first is None else first - at)
+        e2el(NAN if fin is None else fin - at)
         # vLLM's TPOT: time after the first token over the tokens after it.
-        f["tpot"].append((req.last_token_time - first) / (out - 1) if out > 1 else NAN)
-        f["itl_max"].append(req.itl_max if out > 1 else NAN)
-        f["queue_wait"].append(
-            NAN if req.first_scheduled is None else req.first_scheduled - req.arrival
-        )
-        f["gpu_seconds"].append(req.gpu_ns * 1e-9)
-        i["req_id"].append(req.req_id)
-        i["replica"].append(req.replica)
-        i["prompt_len"].append(req.prompt_len)
-        i["max_tokens"].append(req.max_tokens)
-        i["output_tokens"].append(out)
-        i["priority"].append(req.priority)
-        i["preemptions"].append(req.num_preemptions)
-        i["computed_tokens"].append(req.computed_tokens_total)
-        i["cached_tokens"].append(req.num_cached_tokens)
-        i["attempt"].append(req.attempt)
-        i["client_id"].append(req.client_id)
-        s["state"].append(req.state.value)
-        s["reason"].append(req.reason)
-        s["tenant"].append(req.tenant)
-        s["cls"].append(req.cls)
+        tpot((req.last_token_time - first) / (out - 1) if out > 1 else NAN)
+        itl_max(req.itl_max if out > 1 else NAN)
+        queue_wait(NAN if sched is None else sched - at)
+        gpu_seconds(req.gpu_ns * 1e-9)
+        req_id(req.req_id)
+        replica(req.replica)
+        prompt_len(req.prompt_len)
+        max_tokens(req.max_tokens)
+        output_tokens(out)
+        priority(req.priority)
+        preemptions(req.num_preemptions)
+        computed_tokens(req.computed_tokens_total)
+        cached_tokens(req.num_cached_tokens)
+        attempt(req.attempt)
+        client_id(req.client_id)
+        state(req.state.value)
+        reason(req.reason)
+        tenant(req.tenant)
+        cls(req.cls)
         if req.token_times is not None:
             self.token_times[req.req_id] = req.token_times
 

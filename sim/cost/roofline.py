@@ -32,7 +32,9 @@ class RooflineCostModel:
         pairs = plan.prefill_attn_pairs + plan.decode_ctx_sum
         flops = self._flops_per_token * tokens + self._attn_flops_per_pair * pairs
         kv_bytes = self._kv_bytes_per_token * (plan.decode_ctx_sum + tokens)
-        t = max(flops / self._flops_rate, self._weight_s + kv_bytes / self._bytes_rate)
+        compute = flops / self._flops_rate
+        memory = self._weight_s + kv_bytes / self._bytes_rate
+        t = compute if compute >= memory else memory  # max() without the call
         t += self._step_overhead_s
         if plan.prefill_tokens:
             t += self._prefill_overhead_s
@@ -42,5 +44,6 @@ class RooflineCostModel:
         """``step_time`` of a decode-only step, by the same float operations (the fast path)."""
         flops = self._flops_per_token * batch + self._attn_flops_per_pair * ctx_sum
         kv_bytes = self._kv_bytes_per_token * (ctx_sum + batch)
-        t = max(flops / self._flops_rate, self._weight_s + kv_bytes / self._bytes_rate)
-        return t + self._step_overhead_s
+        compute = flops / self._flops_rate
+        memory = self._weight_s + kv_bytes / self._bytes_rate
+        return (compute if compute >= memory else memory) + self._step_overhead_s
