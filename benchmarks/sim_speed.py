@@ -1,6 +1,6 @@
 """Simulator speed, measured side by side in one run: cbsim against Vidur, and cbsim at scale.
 
-    python benchmarks/sim_speed.py [--skip-vidur] [--only NAME ...] [--out benchmarks/results]
+    python benchmarks/sim_speed.py [--skip-vidur] [--quick] [--only NAME ...] [--out DIR]
 
 Each cbsim workload runs in its own child process pinned to one core (``taskset -c 0`` where
 available), so wall time includes interpreter start-up and imports and peak memory is that
@@ -103,6 +103,26 @@ def run_one(name: str) -> dict:
     }
 
 
+def check_exact(name: str, limit: int) -> dict:
+    """Child process: the workload's first ``limit`` requests on the fast path and with
+    ``simulation.exact_steps: true``; are the per-request records identical, in order?"""
+    import copy
+
+    from sim.config import validate
+    from sim.engine import simulate
+
+    data = copy.deepcopy(WORKLOADS[name])
+    work = data["workload"]
+    if work.get("num_requests", 0) > limit:
+        work["num_requests"] = limit
+    fast = simulate(validate(data, name))
+    data.setdefault("simulation", {})["exact_steps"] = True
+    exact = simulate(validate(data, name))
+    same = (fast.frame().equals(exact.frame())
+            and fast.records.ints["req_id"] == exact.records.ints["req_id"])
+    return {"workload": name, "requests": len(fast.records), "identical": bool(same)}
+
+
 def _pinned(cmd: list[str]) -> list[str]:
     import shutil
 
@@ -150,6 +170,9 @@ def main() -> None:
     if len(sys.argv) == 3 and sys.argv[1] == "--child":  # measured: nothing else imported
         print(json.dumps(run_one(sys.argv[2])))
         return
+    if len(sys.argv) == 4 and sys.argv[1] == "--child-exact":
+        print(json.dumps(check_exact(sys.argv[2], int(sys.argv[3]))))
+        return
     import argparse
     import platform
     import shutil
@@ -159,6 +182,10 @@ def main() -> None:
     ap.add_argument("--child", help=argparse.SUPPRESS)
     ap.add_argument("--only", nargs="*", choices=sorted(WORKLOADS))
     ap.add_argument("--skip-vidur", action="store_true")
+    ap.add_argument("--quick", action="store_true", help="one try each instead of a median of 3")
+    ap.add_argument("--exact-limit", type=int, default=20_000,
+                    help="check fast path == exact_steps on up to this many requests of each "
+                         "workload (0: skip)")
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
     args = ap.parse_args()
 
@@ -166,12 +193,17 @@ def main() -> None:
     rows = []
     vidur = None
     if "vidur_peer" in names and not args.skip_vidur:
-        vidur = measure_vidur(VIDUR_WORKLOAD["workload"]["num_requests"])
-        if vidur is None:
+        n = VIDUR_WORKLOAD["workload"]["num_requests"]
+        tries = [measure_vidur(n) for _ in range(1 if args.quick else 3)]
+        if None in tries:
             print(f"Vidur not set up (run `bash {VIDUR} setup` first): peer comparison skipped")
+        else:  # the median of three, as for cbsim's row
+            tries.sort(key=lambda r: r["wall_s"])
+            vidur = dict(tries[len(tries) // 2], wall_s_tries=[r["wall_s"] for r in tries])
+            print(f"  vidur: {vidur['wall_s']:.1f} s", flush=True)
     measure_cbsim(names[0])  # warm-up, not counted: writes the bytecode cache
     for name in names:
-        if name == "vidur_peer":  # the peer ratio: the median of three (a noisy shared machine)
+        if name == "vidur_peer" and not args.quick:  # the median of three: a noisy machine
             tries = sorted((measure_cbsim(name) for _ in range(3)), key=lambda r: r["wall_s"])
             row = dict(tries[1], wall_s_tries=[r["wall_s"] for r in tries])
         else:
@@ -185,6 +217,23 @@ def main() -> None:
         print(f"{r['workload']:<18}{r['requests']:>10,}{r['wall_s']:>9.2f}{r['sim_seconds']:>10.0f}"
               f"{r['peak_rss_mb']:>9.0f}{r['requests_per_s']:>11,.0f}{r['tokens_per_s']:>13,.0f}"
               f"{r['steps']:>11,}")
+    exact = []
+    if args.exact_limit:
+        import subprocess
+
+        env = dict(os.environ, PYTHONPATH=str(ROOT))
+        env.setdefault("CBSIM_TRACE_PATH", str(ROOT.parent / "shared" / "traces"))
+        print()
+        for name in names:
+            proc = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--child-exact",
+                                   name, str(args.exact_limit)], capture_output=True, text=True,
+                                  env=env)
+            if proc.returncode != 0:
+                raise SystemExit(f"exactness check {name} failed: {proc.stderr[-300:]}")
+            check = json.loads(proc.stdout.strip().splitlines()[-1])
+            exact.append(check)
+            print(f"fast path vs exact_steps, {name} ({check['requests']:,} requests): "
+                  f"{'identical' if check['identical'] else 'DIFFERENT'}")
     ratio = None
     if vidur is not None:
         ours = next(r for r in rows if r["workload"] == "vidur_peer")
@@ -195,7 +244,7 @@ def main() -> None:
         "date": date.today().isoformat(),
         "machine": {"cpu": platform.processor() or platform.machine(), "cores": os.cpu_count(),
                     "python": platform.python_version(), "pinned_to_one_core": bool(shutil.which("taskset"))},
-        "cbsim": rows, "vidur": vidur, "vidur_over_cbsim": ratio,
+        "cbsim": rows, "vidur": vidur, "vidur_over_cbsim": ratio, "exact_check": exact,
     }
     args.out.mkdir(parents=True, exist_ok=True)
     path = args.out / f"sim_speed_{date.today().isoformat()}.json"
