@@ -35,6 +35,8 @@ def _assert_same(fast, exact):
     assert fast.timeseries.kv_usage == exact.timeseries.kv_usage
     assert fast.timeseries.running == exact.timeseries.running
     assert fast.timeseries.waiting == exact.timeseries.waiting
+    for rid, times in exact.records.token_times.items():  # when record_token_times is on
+        assert fast.records.token_times[rid] == times
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -59,10 +61,7 @@ def test_fast_path_matches_exact_steps(seed, policy, rate, blocks, max_seqs, chu
                   "output_len": {"kind": "lognormal", "median": 80, "sigma": 1.0, "max": 900}},
         simulation={"record_token_times": True, "timeseries_interval_s": 0.05, "horizon_s": horizon},
     )
-    fast, exact = _pair(sc)
-    _assert_same(fast, exact)
-    for rid, times in exact.records.token_times.items():
-        assert fast.records.token_times[rid] == times
+    _assert_same(*_pair(sc))
 
 
 def test_fast_path_takes_runs_on_a_busy_server():
@@ -105,10 +104,7 @@ def test_runs_admitting_arrivals_match_exact_steps(seed, policy, arrival, rate, 
                   "output_len": {"kind": "lognormal", "median": 60, "sigma": 1.0, "max": 900}},
         simulation={"record_token_times": True, "timeseries_interval_s": 0.05, "horizon_s": horizon},
     )
-    fast, exact = _pair(sc)
-    _assert_same(fast, exact)
-    for rid, times in exact.records.token_times.items():
-        assert fast.records.token_times[rid] == times
+    _assert_same(*_pair(sc))
 
 
 def test_refused_arrival_stops_a_run():
