@@ -103,8 +103,6 @@ class Simulation:
                  progress=None) -> None:
         self.sc = scenario
         self.table = table
-        # progress(arrived, total), called every sim.feed.PROGRESS_EVERY arrivals (a progress bar).
-        self.progress = progress
         self.env = simpy.Environment()
         self.cost = build_cost_model(scenario)
         if num_replicas is None:
@@ -120,6 +118,7 @@ class Simulation:
         self.clients = ClientBehaviour.build(self)
         self._swap_s_per_block = swap_seconds_per_block_of(scenario)
         arrival, self.make_request = self._request_maker()
+        # progress(arrived, total), every sim.feed.PROGRESS_EVERY arrivals (a progress bar).
         self.feed = ArrivalFeed(arrival, self.make_request, progress)
         # The arrival process's pending timeout, and whether arrivals are benign for the fast
         # path (sim/fastpath.py): they only join the queue, so a run may straddle or take them.
@@ -136,10 +135,9 @@ class Simulation:
         return sched.admission is None and not sched.policy.enqueue_reads_running
 
     def _refused_arrivals(self) -> list[int]:
-        """Rows ``add_request`` will refuse on arrival (longer than max_model_len or the whole
-        KV cache): recording one is an event a fast-path run must not pass."""
-        sched = self.replicas[0].scheduler
-        limit = min(sched.config.max_model_len, sched.blocks.num_blocks * sched.blocks.block_size)
+        """Rows ``add_request`` will refuse on arrival: recording one is an event a fast-path
+        run must not pass."""
+        limit = self.replicas[0].scheduler.max_request_tokens
         return np.flatnonzero(self.table.prompt_len + self.table.max_tokens > limit).tolist()
 
     def _barrier(self) -> float:

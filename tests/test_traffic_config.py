@@ -168,3 +168,13 @@ def test_background_pause_and_resume_with_hysteresis():
         assert now < 10
     # Resumed only once the interactive queue is at most half the threshold.
     assert len(s.policy) >= 2 and not adm.parked and adm.num_pauses == 1
+
+
+def test_requests_that_can_never_run_are_rejected_with_their_reason():
+    s = Scheduler(SchedulerConfig(max_model_len=1000), BlockManager(50, 16),
+                  make_policy("continuous"))
+    assert s.max_request_tokens == 800  # the whole cache: 50 blocks of 16
+    too_long, too_big, fits = Request(0, 0, 990, 20), Request(1, 0, 700, 101), Request(2, 0, 700, 100)
+    assert [s.add_request(r, 0.0) for r in (too_long, too_big, fits)] == [False, False, True]
+    assert too_long.reason == "prompt_len + max_tokens = 1010 exceeds max_model_len = 1000"
+    assert too_big.reason == "needs 51 KV blocks, the cache has 50"

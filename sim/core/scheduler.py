@@ -55,18 +55,23 @@ class Scheduler:
         self.admission: AdmissionController | None = None
 
     # -- intake ---------------------------------------------------------------------------
+    @property
+    def max_request_tokens(self) -> int:
+        """The longest prompt + max_tokens a request may have; ``add_request`` rejects longer
+        ones at once (over max_model_len, or more blocks than the whole cache)."""
+        return min(self.config.max_model_len, self.blocks.num_blocks * self.blocks.block_size)
+
     def add_request(self, req: Request, now: float) -> bool:
         """Queue ``req``; reject it at once if it can never run. Returns False when rejected."""
         total = req.prompt_len + req.max_tokens
-        if total > self.config.max_model_len:
-            self._terminate(req, RequestState.REJECTED, now,
-                            f"prompt_len + max_tokens = {total} exceeds max_model_len = "
-                            f"{self.config.max_model_len}")
-            return False
-        need = blocks_for(total, self.blocks.block_size)
-        if need > self.blocks.num_blocks:
-            self._terminate(req, RequestState.REJECTED, now,
-                            f"needs {need} KV blocks, the cache has {self.blocks.num_blocks}")
+        if total > self.max_request_tokens:
+            if total > self.config.max_model_len:
+                reason = (f"prompt_len + max_tokens = {total} exceeds max_model_len = "
+                          f"{self.config.max_model_len}")
+            else:
+                reason = (f"needs {blocks_for(total, self.blocks.block_size)} KV blocks, the "
+                          f"cache has {self.blocks.num_blocks}")
+            self._terminate(req, RequestState.REJECTED, now, reason)
             return False
         req.state = RequestState.WAITING
         if self.admission is not None:
