@@ -209,7 +209,6 @@ def plan_run(sched: Scheduler, plan: StepPlan, cost, now: float, next_event: flo
     num_blocks = blocks.num_blocks
     used = blocks.num_used
     decode_time = getattr(cost, "decode_time", None)
-    probe = StepPlan()
     alive = batch  # members running after the current step's finishes
     ctx_base = sum(offset)  # the offsets of the members that decode in the next step
     n_dec = plan.decode_seqs  # the current step's decodes, and its prompts
@@ -241,10 +240,7 @@ def plan_run(sched: Scheduler, plan: StepPlan, cost, now: float, next_event: flo
     max_tokens = cfg.max_num_batched_tokens
     if decode_time is None:
         def decode_time(n_dec: int, ctx: int) -> float:
-            probe.decode_seqs = n_dec
-            probe.decode_ctx_sum = ctx
-            probe.prefill_seqs = probe.prefill_tokens = probe.prefill_attn_pairs = 0
-            return cost.step_time(probe)
+            return cost.step_time(StepPlan(decode_seqs=n_dec, decode_ctx_sum=ctx))
     stopped = False
     t = now
     j = 0
@@ -313,7 +309,7 @@ def plan_run(sched: Scheduler, plan: StepPlan, cost, now: float, next_event: flo
                 alive -= 1
                 off = offset[m]
                 ctx_base -= off
-                need = -(-(off + j + 1) // bs)  # blocks_for(its positions)
+                need = blocks_for(off + j + 1, bs)  # the blocks its positions fill
                 used -= need if need > held[m] else held[m]
             finish_order.extend(fin)
         add_after(used)
@@ -330,11 +326,12 @@ def plan_run(sched: Scheduler, plan: StepPlan, cost, now: float, next_event: flo
         used += cross
         n_dec = alive
         ctx = ctx_base + alive * (j + 1)
-        new_tokens = 0
         if next_arrival <= end:
             budget = max_tokens - alive
             room = max_seqs - alive
-            new_pairs = 0
+            # This step's plan, as schedule() would build it: its decodes' aggregates, and
+            # each admitted prompt added the scheduler's way (StepPlan.add's features).
+            probe = StepPlan(decode_seqs=n_dec, decode_ctx_sum=ctx)
             i, when = taken, next_arrival
             while when <= end:
                 if budget <= 0 or len(staged) >= room:
@@ -351,8 +348,7 @@ def plan_run(sched: Scheduler, plan: StepPlan, cost, now: float, next_event: flo
                     break
                 used += need
                 budget -= n
-                new_tokens += n
-                new_pairs += n * (n + 1) // 2
+                probe.add(req, n)
                 staged.append((req, reserve, need))
                 staged_time = when
                 i += 1
@@ -365,13 +361,8 @@ def plan_run(sched: Scheduler, plan: StepPlan, cost, now: float, next_event: flo
             break  # nothing left to run: the replica idles
         n_new = len(staged)
         if staged:
-            probe.decode_seqs = n_dec
-            probe.decode_ctx_sum = ctx
-            probe.prefill_seqs = n_new
-            probe.prefill_tokens = new_tokens
-            probe.prefill_attn_pairs = new_pairs
             dt = cost.step_time(probe)
-            step_tokens = n_dec + new_tokens
+            step_tokens = probe.num_tokens
         else:
             dt = decode_time(n_dec, ctx)
             step_tokens = n_dec
