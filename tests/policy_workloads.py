@@ -30,6 +30,16 @@ def poisson(rng: np.random.Generator, rate: float, start: float, end: float) -> 
     return t[t < end]
 
 
+def poisson_rows(seed: int, rate: float, duration: float, prompt_len: int,
+                 output_range: tuple[int, int]) -> list[tuple]:
+    """Poisson arrivals over ``duration`` s, one prompt length, uniform output lengths in
+    ``[lo, hi)``; tenant "t", class "x"."""
+    rng = np.random.default_rng(seed)
+    t = poisson(rng, rate, 0, duration)
+    outputs = rng.integers(*output_range, len(t))
+    return [(a, prompt_len, int(o), "t", "x") for a, o in zip(t, outputs, strict=True)]
+
+
 def run(rows_or_table, policy: str = "continuous", engine: dict | None = None,
         horizon: float | None = None, **params) -> SimResult:
     tbl = rows_or_table if isinstance(rows_or_table, RequestTable) else table(rows_or_table)

@@ -1,17 +1,14 @@
 """Admission reserve: ``optimistic`` (vLLM) versus ``conservative`` (TensorRT-LLM no-evict)."""
 
-import numpy as np
 import pytest
 
 from sim.core.policies import make_policy
 from sim.errors import InputError
-from tests.policy_workloads import poisson, run
+from tests.policy_workloads import poisson_rows, run
 
 
 def tight_kv():
-    rng = np.random.default_rng(6)
-    t = poisson(rng, 20.0, 0, 10)
-    return [(a, 300, int(o), "t", "x") for a, o in zip(t, rng.integers(50, 600, len(t)), strict=True)]
+    return poisson_rows(6, 20.0, 10, 300, (50, 600))
 
 
 def test_conservative_never_preempts_and_optimistic_admits_more():

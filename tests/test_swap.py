@@ -12,13 +12,11 @@ from sim.core.prefix_cache import PrefixCachingBlockManager
 from sim.core.request import Request, RequestState
 from sim.core.scheduler import Scheduler, SchedulerConfig
 from sim.core.swap import SwapSpace
-from tests.policy_workloads import drive, poisson, run
+from tests.policy_workloads import drive, poisson, poisson_rows, run
 
 
 def overload():
-    rng = np.random.default_rng(11)
-    t = poisson(rng, 25.0, 0, 8)
-    return [(a, 600, int(o), "t", "x") for a, o in zip(t, rng.integers(100, 500, len(t)), strict=True)]
+    return poisson_rows(11, 25.0, 8, 600, (100, 500))
 
 
 def test_same_overload_different_preemption_costs_both_accounted():
